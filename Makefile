@@ -1,0 +1,3 @@
+# SPDX-License-Identifier: GPL-2.0-only
+obj-$(CONFIG_INFINIBAND_IPOIB_RS) += ib_ipoib.o
+ib_ipoib-y := ipoib.o

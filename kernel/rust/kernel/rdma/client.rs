@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! IB clients: upper-layer protocols told about every RDMA device as it comes and goes.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+
+use super::device::Device;
+use crate::{
+    bindings,
+    error::{code::EBUSY, to_result, Result},
+    ffi::{c_int, c_void},
+    str::CStr,
+    types::{ForeignOwnable, Opaque},
+};
+use core::{
+    marker::PhantomData,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+/// An upper-layer protocol that wants to hear about RDMA devices.
+///
+/// The RDMA core calls [`Client::add`] for every device present at registration and for
+/// every device registered later, and [`Client::remove`] for each device whose `add`
+/// succeeded, when the device goes away or the client is unregistered. Calls for one device
+/// never overlap.
+pub trait Client: ClientVTableProvider + Sized + 'static {
+    /// The client's name, shown by the RDMA core.
+    const NAME: &'static CStr;
+
+    /// What the client keeps for each device it took on.
+    type DeviceData: ForeignOwnable + Send + Sync;
+
+    /// Takes on `device`. An error means the client ignores this device: no `remove` follows.
+    fn add(device: &Device) -> Result<Self::DeviceData>;
+
+    /// Lets go of `device`, which is going away or is no longer served by this client.
+    fn remove(device: &Device, data: Self::DeviceData);
+}
+
+/// The `struct ib_client` of a [`Client`]: a static the RDMA core links into its client list.
+///
+/// Create it with [`crate::ib_client_vtable!`], which pairs it with its client type.
+///
+/// # Invariants
+///
+/// `client` is a fully initialised `struct ib_client` whose callbacks are the trampolines of
+/// `T`; `registered` is true exactly while a [`Registration`] of it exists.
+pub struct ClientVTable<T> {
+    client: Opaque<bindings::ib_client>,
+    registered: AtomicBool,
+    _client: PhantomData<T>,
+}
+
+// SAFETY: Only the RDMA core touches `client`, under its own locking; `registered` is atomic.
+unsafe impl<T> Sync for ClientVTable<T> {}
+
+impl<T: Client> ClientVTable<T> {
+    /// Builds the `struct ib_client` for `T`. Use [`crate::ib_client_vtable!`] instead.
+    #[doc(hidden)]
+    pub const fn new() -> Self {
+        // INVARIANT: Every field the RDMA core reads before registration is set here; the rest
+        // (`uses`, `uses_zero`, `client_id`) is initialised by `ib_register_client`.
+        Self {
+            client: Opaque::new(bindings::ib_client {
+                name: T::NAME.as_char_ptr(),
+                add: Some(add_callback::<T>),
+                remove: Some(remove_callback::<T>),
+                // SAFETY: The remaining fields are optional callbacks, integers and a
+                // completion, all valid when zeroed (`None` for the callbacks).
+                ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
+            }),
+            registered: AtomicBool::new(false),
+            _client: PhantomData,
+        }
+    }
+}
+
+/// Gives a [`Client`] its one static [`ClientVTable`]. Implemented by
+/// [`crate::ib_client_vtable!`].
+///
+/// # Safety
+///
+/// `vtable` must return a reference to the same static on every call.
+pub unsafe trait ClientVTableProvider: Sized + 'static {
+    /// The client's static `struct ib_client`.
+    fn vtable() -> &'static ClientVTable<Self>;
+}
+
+/// Declares the static `struct ib_client` of a [`Client`] type.
+///
+/// # Examples
+///
+/// ```ignore
+/// struct MyClient;
+/// kernel::ib_client_vtable!(MyClient);
+/// impl kernel::rdma::client::Client for MyClient { /* ... */ }
+/// ```
+#[macro_export]
+macro_rules! ib_client_vtable {
+    ($client:ty) => {
+        // SAFETY: `VTABLE` is a static local to this function, returned on every call.
+        unsafe impl $crate::rdma::client::ClientVTableProvider for $client {
+            fn vtable() -> &'static $crate::rdma::client::ClientVTable<Self> {
+                static VTABLE: $crate::rdma::client::ClientVTable<$client> =
+                    $crate::rdma::client::ClientVTable::new();
+                &VTABLE
+            }
+        }
+    };
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, with a registered device, for the client `T::vtable()`.
+unsafe extern "C" fn add_callback<T: Client>(raw: *mut bindings::ib_device) -> c_int {
+    // SAFETY: The core passes a registered device that stays valid during the call.
+    let device = unsafe { Device::from_raw(raw) };
+    match T::add(device) {
+        Ok(data) => {
+            let ptr = data.into_foreign();
+            // SAFETY: `raw` is valid, and `T::vtable()` is the client being called (the only
+            // `struct ib_client` whose `add` is this function, per `ClientVTableProvider`).
+            unsafe {
+                bindings::ib_set_client_data(raw, T::vtable().client.get(), ptr.cast_mut())
+            };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a device whose `add` succeeded, with the data that
+/// [`add_callback`] stored.
+unsafe extern "C" fn remove_callback<T: Client>(raw: *mut bindings::ib_device, data: *mut c_void) {
+    // SAFETY: The core passes a registered device that stays valid during the call.
+    let device = unsafe { Device::from_raw(raw) };
+    // SAFETY: `data` is null or came from `into_foreign` in `add_callback`, and the core
+    // hands it back exactly once, here.
+    if let Some(data) = unsafe { T::DeviceData::try_from_foreign(data) } {
+        T::remove(device, data);
+    }
+}
+
+/// A registered [`Client`]: unregisters on drop, after the core has called
+/// [`Client::remove`] for every device the client took on.
+///
+/// # Invariants
+///
+/// `T::vtable()` is registered with the RDMA core for as long as this object exists.
+pub struct Registration<T: Client> {
+    _client: PhantomData<T>,
+}
+
+// SAFETY: The registration only holds a reference to a static; dropping it may happen on any
+// thread in process context.
+unsafe impl<T: Client> Send for Registration<T> {}
+// SAFETY: A shared reference to the registration gives access to nothing.
+unsafe impl<T: Client> Sync for Registration<T> {}
+
+impl<T: Client> Registration<T> {
+    /// Registers `T`; its `add` runs for every present device before this returns.
+    ///
+    /// Fails with `EBUSY` if `T` is already registered.
+    pub fn new() -> Result<Self> {
+        let vtable = T::vtable();
+        if vtable.registered.swap(true, Ordering::AcqRel) {
+            return Err(EBUSY);
+        }
+        // SAFETY: `vtable.client` is initialised (type invariant of `ClientVTable`), lives in
+        // a static, and is not registered (checked through `registered` above).
+        let ret = to_result(unsafe { bindings::ib_register_client(vtable.client.get()) });
+        if let Err(e) = ret {
+            vtable.registered.store(false, Ordering::Release);
+            return Err(e);
+        }
+        // INVARIANT: the client was registered just above.
+        Ok(Self {
+            _client: PhantomData,
+        })
+    }
+}
+
+impl<T: Client> Drop for Registration<T> {
+    fn drop(&mut self) {
+        let vtable = T::vtable();
+        // SAFETY: By the type invariant the client is registered.
+        unsafe { bindings::ib_unregister_client(vtable.client.get()) };
+        vtable.registered.store(false, Ordering::Release);
+    }
+}

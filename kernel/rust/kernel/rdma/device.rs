@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices and their ports.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+
+use crate::{
+    bindings,
+    error::{code::EINVAL, to_result, Result},
+    str::CStr,
+    types::Opaque,
+};
+use core::{fmt, ops::RangeInclusive};
+
+/// An RDMA device (`struct ib_device`), as handed to an IB client.
+///
+/// # Invariants
+///
+/// A `&Device` always refers to a registered `struct ib_device` that stays valid for the
+/// lifetime of the reference.
+#[repr(transparent)]
+pub struct Device(Opaque<bindings::ib_device>);
+
+impl Device {
+    /// Creates a reference to a [`Device`] from a raw pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to a registered `struct ib_device` that stays valid for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
+        // CAST: `Device` is `repr(transparent)` over `Opaque<bindings::ib_device>`, which has
+        // the layout of `bindings::ib_device`.
+        // SAFETY: The caller guarantees validity for `'a`, which establishes the invariant.
+        unsafe { &*ptr.cast() }
+    }
+
+    /// Returns the raw `struct ib_device` pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
+        self.0.get()
+    }
+
+    /// Returns the device's name, e.g. `rxe0`.
+    ///
+    /// The RDMA core only renames a device while holding the device list lock with its clients
+    /// informed, the same guarantee under which the C drivers print this field.
+    pub fn name(&self) -> &CStr {
+        // SAFETY: By the type invariant the device is valid; `name` is a NUL-terminated array
+        // inside it, so it lives as long as `self`.
+        let name = unsafe { &(*self.as_raw()).name };
+        // SAFETY: The RDMA core always stores a NUL-terminated name (`dev_set_name` sized to
+        // `IB_DEVICE_NAME_MAX`).
+        unsafe { CStr::from_char_ptr(name.as_ptr()) }
+    }
+
+    /// Returns the range of valid port numbers (1-based on every device but switches).
+    pub fn ports(&self) -> RangeInclusive<u32> {
+        // SAFETY: By the type invariant the device is valid.
+        let first = unsafe { bindings::rdma_start_port(self.as_raw()) };
+        // SAFETY: By the type invariant the device is valid.
+        let last = unsafe { bindings::rdma_end_port(self.as_raw()) };
+        first..=last
+    }
+
+    fn check_port(&self, port: u32) -> Result {
+        if self.ports().contains(&port) {
+            Ok(())
+        } else {
+            Err(EINVAL)
+        }
+    }
+
+    /// Queries the attributes of `port`; `EINVAL` for a port the device does not have.
+    pub fn port_attr(&self, port: u32) -> Result<PortAttr> {
+        self.check_port(port)?;
+        let mut attr = PortAttr::zeroed();
+        // SAFETY: The device is valid, `port` is one of its ports and `attr` is writable.
+        to_result(unsafe { bindings::ib_query_port(self.as_raw(), port, &mut attr.0) })?;
+        Ok(attr)
+    }
+
+    /// Returns the link layer of `port`; `EINVAL` for a port the device does not have.
+    pub fn link_layer(&self, port: u32) -> Result<LinkLayer> {
+        self.check_port(port)?;
+        // SAFETY: The device is valid and `port` is one of its ports.
+        let ll = unsafe { bindings::rdma_port_get_link_layer(self.as_raw(), port) };
+        Ok(match ll {
+            bindings::rdma_link_layer_IB_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
+            bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
+            _ => LinkLayer::Unspecified,
+        })
+    }
+
+    /// Returns the transport protocol of `port`; `EINVAL` for a port the device does not have.
+    pub fn protocol(&self, port: u32) -> Result<Protocol> {
+        self.check_port(port)?;
+        // SAFETY: The device is valid and `port` is one of its ports.
+        if unsafe { bindings::rdma_protocol_ib(self.as_raw(), port) } {
+            return Ok(Protocol::InfiniBand);
+        }
+        // SAFETY: The device is valid and `port` is one of its ports.
+        if unsafe { bindings::rdma_protocol_roce(self.as_raw(), port) } {
+            return Ok(Protocol::Roce);
+        }
+        Ok(Protocol::Other)
+    }
+
+    /// Reads entry `index` of the GID table of `port`.
+    ///
+    /// Fails with `EINVAL` for a bad port or index and with the core's error for an empty entry.
+    pub fn query_gid(&self, port: u32, index: u32) -> Result<Gid> {
+        self.check_port(port)?;
+        let index = i32::try_from(index).map_err(|_| EINVAL)?;
+        let mut gid = bindings::ib_gid { raw: [0; 16] };
+        // SAFETY: The device is valid, `port` is one of its ports and `gid` is writable; the
+        // core checks `index` against the table size.
+        to_result(unsafe { bindings::rdma_query_gid(self.as_raw(), port, index, &mut gid) })?;
+        // SAFETY: Every bit pattern of the union is a valid `raw` byte array.
+        Ok(Gid(unsafe { gid.raw }))
+    }
+}
+
+/// How a port's frames are carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// An InfiniBand fabric.
+    InfiniBand,
+    /// Ethernet (RoCE or iWARP).
+    Ethernet,
+    /// The driver did not say.
+    Unspecified,
+}
+
+/// The transport protocol a port speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Native InfiniBand, with a subnet manager and LID routing.
+    InfiniBand,
+    /// RDMA over Converged Ethernet (v1 or v2), such as soft-RoCE.
+    Roce,
+    /// Anything else (iWARP, OPA, USNIC), on which IPoIB does not run.
+    Other,
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::InfiniBand => "InfiniBand",
+            Protocol::Roce => "RoCE",
+            Protocol::Other => "other",
+        })
+    }
+}
+
+/// The logical state of a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortState {
+    /// No state change.
+    Nop,
+    /// The link is down.
+    Down,
+    /// The link is up but not configured by the subnet manager.
+    Init,
+    /// Configured, not yet forwarding.
+    Armed,
+    /// Passing traffic.
+    Active,
+    /// Active, deferring errors.
+    ActiveDefer,
+}
+
+impl fmt::Display for PortState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PortState::Nop => "NOP",
+            PortState::Down => "DOWN",
+            PortState::Init => "INIT",
+            PortState::Armed => "ARMED",
+            PortState::Active => "ACTIVE",
+            PortState::ActiveDefer => "ACTIVE_DEFER",
+        })
+    }
+}
+
+/// An IB MTU: the largest payload of one packet on the fabric (`enum ib_mtu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes.
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes.
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    fn from_raw(raw: bindings::ib_mtu) -> Option<Self> {
+        Some(match raw {
+            bindings::ib_mtu_IB_MTU_256 => Mtu::Mtu256,
+            bindings::ib_mtu_IB_MTU_512 => Mtu::Mtu512,
+            bindings::ib_mtu_IB_MTU_1024 => Mtu::Mtu1024,
+            bindings::ib_mtu_IB_MTU_2048 => Mtu::Mtu2048,
+            bindings::ib_mtu_IB_MTU_4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+
+    /// The MTU in bytes.
+    pub fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+}
+
+/// The attributes of a port (`struct ib_port_attr`), as read by [`Device::port_attr`].
+pub struct PortAttr(bindings::ib_port_attr);
+
+impl PortAttr {
+    fn zeroed() -> Self {
+        // SAFETY: `ib_port_attr` is plain data: integers and C enums for which zero is a valid
+        // value.
+        Self(unsafe { core::mem::zeroed() })
+    }
+
+    /// The logical port state.
+    pub fn state(&self) -> PortState {
+        match self.0.state {
+            bindings::ib_port_state_IB_PORT_DOWN => PortState::Down,
+            bindings::ib_port_state_IB_PORT_INIT => PortState::Init,
+            bindings::ib_port_state_IB_PORT_ARMED => PortState::Armed,
+            bindings::ib_port_state_IB_PORT_ACTIVE => PortState::Active,
+            bindings::ib_port_state_IB_PORT_ACTIVE_DEFER => PortState::ActiveDefer,
+            _ => PortState::Nop,
+        }
+    }
+
+    /// The MTU in use on the link, `None` if the driver reported none.
+    pub fn active_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.0.active_mtu)
+    }
+
+    /// The largest MTU the port supports, `None` if the driver reported none.
+    pub fn max_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.0.max_mtu)
+    }
+
+    /// The port's LID (InfiniBand only; zero on RoCE).
+    pub fn lid(&self) -> u32 {
+        self.0.lid
+    }
+
+    /// Number of entries in the GID table.
+    pub fn gid_table_len(&self) -> u32 {
+        u32::try_from(self.0.gid_tbl_len).unwrap_or(0)
+    }
+
+    /// Number of entries in the P_Key table.
+    pub fn pkey_table_len(&self) -> u16 {
+        self.0.pkey_tbl_len
+    }
+}
+
+/// A 128-bit global identifier (`union ib_gid`): subnet prefix then interface ID, big-endian.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Gid(pub [u8; 16]);
+
+impl fmt::Display for Gid {
+    /// Formats as eight groups of four hex digits, as `ibv_devinfo` prints GIDs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, pair) in self.0.chunks_exact(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build the kernel (bzImage) and the ib_ipoib module, incrementally.
+# Usage: scripts/build.sh [make targets...]   (default: bzImage modules, then install them)
+# IPOIB_RS_FLAVOUR=debug builds the debug kernel (KASAN, kmemleak, lockdep) in its own tree.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+"$REPO/scripts/prepare-tree.sh"
+
+MAKE=(make -C "$KTREE" O="$KBUILD" LLVM=1 -j"$(($(nproc) + 1))" -s)
+fragments=("$REPO/config/ipoib-rs.config")
+[ "$FLAVOUR" = debug ] && fragments+=("$REPO/config/debug.config")
+[ "$FLAVOUR" = default ] || [ "$FLAVOUR" = debug ] || die "unknown flavour $FLAVOUR"
+
+# Configure when the fragments (or the tree) changed since the last configuration.
+mkdir -p "$KBUILD"
+want=$(cat "${fragments[@]}" "$KTREE/.ipoib-rs-stamp" | sha256sum | cut -d' ' -f1)
+if [ ! -f "$KBUILD/.config" ] || [ "$(cat "$KBUILD/.ipoib-rs-config" 2>/dev/null)" != "$want" ]; then
+	log "configuring the $FLAVOUR kernel in $KBUILD"
+	"${MAKE[@]}" tinyconfig >/dev/null
+	(cd "$KBUILD" && "$KTREE/scripts/kconfig/merge_config.sh" -m -O "$KBUILD" \
+		"$KBUILD/.config" "${fragments[@]}" >/dev/null)
+	"${MAKE[@]}" olddefconfig >/dev/null
+	# Every option the fragments ask for must have survived olddefconfig.
+	bad=0
+	for f in "${fragments[@]}"; do
+		while IFS= read -r line; do
+			case "$line" in
+			CONFIG_*=*)
+				grep -qx "$line" "$KBUILD/.config" || { log "config: $line did not stick"; bad=1; } ;;
+			"# CONFIG_"*" is not set")
+				sym=${line#\# }; sym=${sym%% *}
+				! grep -q "^$sym=" "$KBUILD/.config" || { log "config: $sym should be off"; bad=1; } ;;
+			esac
+		done <"$f"
+	done
+	[ "$bad" = 0 ] || die "kernel configuration incomplete (see above)"
+	echo "$want" >"$KBUILD/.ipoib-rs-config"
+fi
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(bzImage modules)
+log "make ${targets[*]} ($FLAVOUR; a clean build takes about 15 minutes)"
+start=$(date +%s)
+"${MAKE[@]}" "${targets[@]}"
+log "built in $(($(date +%s) - start)) s"
+
+if [ $# -eq 0 ]; then
+	dest=$OUT/$FLAVOUR
+	rm -rf "$dest/modroot.tmp"
+	mkdir -p "$dest"
+	"${MAKE[@]}" modules_install INSTALL_MOD_PATH="$dest/modroot.tmp" INSTALL_MOD_STRIP=1 >/dev/null
+	rm -rf "$dest/modroot"
+	mv "$dest/modroot.tmp" "$dest/modroot"
+	cp "$KBUILD/arch/x86/boot/bzImage" "$dest/bzImage"
+fi

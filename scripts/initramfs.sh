@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Build the guest's initramfs from host binaries: busybox, iproute2, rdma-core and perftest
+# tools, netperf, iperf3, bash, the rxe verbs provider, the built kernel modules, the
+# kselftest tree of the driver and the guest init. Output: $OUT/$FLAVOUR/initramfs.cpio
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+dest=$OUT/$FLAVOUR
+[ -d "$dest/modroot/lib/modules" ] || die "no installed modules in $dest: run scripts/build.sh"
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+
+BINARIES=(
+	/usr/sbin/ip /usr/bin/rdma /usr/bin/bash
+	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong
+	/usr/bin/ib_send_bw /usr/bin/ib_send_lat /usr/bin/ib_write_bw
+	/usr/bin/netperf /usr/bin/netserver /usr/bin/iperf3
+)
+
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,root,var/tmp}
+cp /bin/busybox "$root/bin/busybox"
+
+# copy_with_libs FILE: FILE at the same path plus every shared library it loads.
+copy_with_libs() {
+	local f=$1 lib
+	[ -e "$f" ] || die "$f missing: run scripts/setup.sh"
+	mkdir -p "$root$(dirname "$f")"
+	cp -L "$f" "$root$f"
+	for lib in $(ldd "$f" 2>/dev/null | grep -oE '/[^ ]+' | sort -u); do
+		if [ ! -e "$root$lib" ]; then
+			mkdir -p "$root$(dirname "$lib")"
+			cp -L "$lib" "$root$lib"
+		fi
+	done
+}
+for b in "${BINARIES[@]}"; do copy_with_libs "$b"; done
+
+# libibverbs loads its providers by name at run time: the rxe one and its config.
+multiarch=/usr/lib/x86_64-linux-gnu
+for p in "$multiarch"/libibverbs/librxe-rdmav*.so; do copy_with_libs "$p"; done
+mkdir -p "$root/etc/libibverbs.d"
+cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+# iproute2 reads a few tables from /etc or /usr/share.
+for d in /etc/iproute2 /usr/share/iproute2; do
+	[ -d "$d" ] && mkdir -p "$root$d" && cp -r "$d/." "$root$d/"
+done
+printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
+printf 'root:x:0:\n' >"$root/etc/group"
+printf '127.0.0.1 localhost\n' >"$root/etc/hosts"
+printf 'netperf 12865/tcp\n' >"$root/etc/services"
+
+# Kernel modules, with the depmod data modules_install wrote.
+cp -a "$dest/modroot/lib/modules" "$root/lib/"
+
+# The kselftest tree, as the patch series lays it out, and the guest init.
+st=$root/selftests
+mkdir -p "$st/kselftest" "$st/drivers/net"
+cp "$KTREE/tools/testing/selftests/kselftest/ktap_helpers.sh" "$st/kselftest/"
+cp -r "$REPO/tests/selftests/drivers/net/ipoib" "$st/drivers/net/"
+cp "$REPO/scripts/guest/init" "$root/init"
+cp "$REPO/scripts/guest/run-selftests" "$root/bin/run-selftests"
+chmod +x "$root/init" "$root/bin/run-selftests"
+
+(cd "$root" && find . -print0 | cpio --null -o -H newc --quiet -R 0:0) >"$dest/initramfs.cpio.tmp"
+mv "$dest/initramfs.cpio.tmp" "$dest/initramfs.cpio"
+log "initramfs: $dest/initramfs.cpio ($(du -h "$dest/initramfs.cpio" | cut -f1))"

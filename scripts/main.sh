@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The main job: build everything, boot two guests on soft-RoCE, load ib_ipoib on both and
+# show what it logged, with the raw RC bandwidth between the guests.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+"$REPO/scripts/setup.sh"
+"$REPO/scripts/build.sh"
+"$REPO/scripts/initramfs.sh"
+run=$(date +%Y%m%d-%H%M%S)-main
+rc=0
+IPOIB_RS_RUN=$run "$REPO/scripts/vm.sh" two-hosts || rc=$?
+logs=$OUT/logs/$run
+echo
+for g in host0 host1; do
+	echo "== $g: ib_ipoib in the kernel log"
+	grep -a 'ib_ipoib: ' "$logs/$g.console" | sed 's/^\[[^]]*\] /  /' || true
+done
+echo "== raw RC send bandwidth host1 -> host0 (ib_send_bw, 64 KiB messages)"
+grep -a -A1 '#bytes' "$logs/host1.results" | sed 's/^# *//; s/^/  /' || true
+echo "logs: $logs"
+exit $rc

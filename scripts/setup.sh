@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install everything ipoib-rs needs to build and test on Debian 12 (run as root).
+# Idempotent: each step checks first and returns quickly when nothing is missing.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+APT_PACKAGES=(
+	linux-source-6.12 clang lld llvm libclang-dev bc flex bison libelf-dev libssl-dev
+	cpio xz-utils kmod make rsync patch qemu-system-x86 busybox-static iproute2
+	rdma-core ibverbs-utils ibverbs-providers perftest iperf3 netperf
+)
+
+# netperf lives in Debian's non-free component; add it to the sources when missing.
+enable_non_free() {
+	local f=/etc/apt/sources.list.d/debian.sources
+	if [ -f "$f" ]; then
+		if ! grep -Eq '^Components:.*\bnon-free\b' "$f"; then
+			log "adding the non-free component to $f"
+			sed -i -E '/^Components:/{/\bnon-free\b/!s/$/ non-free/}' "$f"
+			return 0
+		fi
+	elif ! grep -Eqs '^deb .*\bnon-free\b' /etc/apt/sources.list; then
+		log "adding the non-free component to /etc/apt/sources.list"
+		sed -i -E '/^deb /{/\bnon-free\b/!s/$/ non-free/}' /etc/apt/sources.list
+		return 0
+	fi
+	return 1
+}
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	[ "$(id -u)" = 0 ] || die "missing packages (${missing[*]}): run as root"
+	enable_non_free || true
+	log "apt-get install ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Rust: the pinned toolchain with the sources of core, plus bindgen.
+command -v rustup >/dev/null || die "rustup not found: install rustup, then rerun"
+if ! rustup run "$RUST_VERSION" rustc --version >/dev/null 2>&1 ||
+	! [ -d "$(rustup run "$RUST_VERSION" rustc --print sysroot)/lib/rustlib/src/rust/library" ]; then
+	log "rustup toolchain install $RUST_VERSION"
+	rustup toolchain install "$RUST_VERSION" --profile minimal \
+		--component rust-src,rustfmt,clippy >/dev/null
+fi
+if ! "$TOOLS/bin/bindgen" --version 2>/dev/null | grep -q "$BINDGEN_VERSION"; then
+	log "cargo install bindgen-cli $BINDGEN_VERSION"
+	cargo +"$RUST_VERSION" install --locked --quiet --root "$TOOLS" \
+		bindgen-cli --version "$BINDGEN_VERSION"
+fi
+log "set-up complete"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up, build, host unit tests, then the kselftests in QEMU guests
+# (one-host and two-hosts topologies). Prints one line per test and, last,
+# "N passed, N failed, N skipped"; exits non-zero on any failure.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+
+passed=0 failed=0 skipped=0
+finish() {
+	echo "$passed passed, $failed failed, $skipped skipped"
+	[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+	exit $?
+}
+step() { # step NAME COMMAND...: a preparation step; its failure fails the suite.
+	local name=$1
+	shift
+	if "$@"; then
+		echo "ok - $name"
+		passed=$((passed + 1))
+	else
+		echo "not ok - $name"
+		failed=$((failed + 1))
+		finish
+	fi
+}
+
+step "set-up (packages, toolchain)" "$REPO/scripts/setup.sh"
+step "kernel and module build ($FLAVOUR)" "$REPO/scripts/build.sh"
+step "initramfs" "$REPO/scripts/initramfs.sh"
+
+# Host unit tests of the wire formats.
+out=$(cd "$REPO/tests/wire" && CARGO_TARGET_DIR=$CACHE/cargo-target cargo test 2>&1)
+rc=$?
+echo "$out" | grep -E '^test .* \.\.\. ' | sed -E 's/^test (.*) \.\.\. ok$/ok - wire: \1/; s/^test (.*) \.\.\. FAILED$/not ok - wire: \1/'
+read -r p f < <(echo "$out" | sed -nE 's/^test result: .* ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' |
+	awk '{p += $1; f += $2} END {print p + 0, f + 0}')
+passed=$((passed + p)) failed=$((failed + f))
+if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
+	echo "$out" | tail -n 20
+	echo "not ok - wire: cargo test did not run"
+	failed=$((failed + 1))
+fi
+
+# Guests.
+stamp=$(date +%Y%m%d-%H%M%S)
+for topology in one-host two-hosts; do
+	IPOIB_RS_RUN=$stamp-$topology "$REPO/scripts/vm.sh" "$topology"
+	counts=$OUT/logs/$stamp-$topology/counts
+	if [ -f "$counts" ]; then
+		read -r p f s <"$counts"
+		passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+	else
+		echo "not ok - $topology: guest run did not complete"
+		failed=$((failed + 1))
+	fi
+done
+finish

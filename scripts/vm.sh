@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Run the driver's kselftests in QEMU guests (TCG) and report one line per test.
+#
+#   scripts/vm.sh one-host [PROG...]   one guest: veth pair, two rxe devices
+#   scripts/vm.sh two-hosts [PROG...]  two guests joined by -netdev dgram on 127.0.0.1
+#
+# Each guest's serial console (kernel log) and result channel are kept under
+# $OUT/logs/<run>/. A guest that does not boot and finish, or whose console shows an Oops,
+# BUG, WARNING, call trace, lockdep, KASAN or kmemleak report, fails the run.
+# Prints "ok - NAME", "not ok - NAME" or "ok - NAME # SKIP why" per test, then
+# "N passed, N failed, N skipped"; exits 1 on any failure.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+topology=${1:?usage: vm.sh one-host|two-hosts [PROG...]}
+shift
+dest=$OUT/$FLAVOUR
+for f in bzImage initramfs.cpio; do
+	[ -f "$dest/$f" ] || die "$dest/$f missing: run scripts/build.sh and scripts/initramfs.sh"
+done
+VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-900}
+run=${IPOIB_RS_RUN:-$(date +%Y%m%d-%H%M%S)-$topology}
+logs=$OUT/logs/$run
+mkdir -p "$logs"
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/setup.sh"
+
+TROUBLE='Oops|BUG:|WARNING:|Call Trace|circular locking|possible recursive locking|inconsistent lock state|KASAN|kmemleak|UBSAN|general protection fault|Kernel panic|refcount_t:|sleeping function called from invalid context|hung_task|soft lockup'
+
+pids=()
+# start_guest NAME CMDLINE-EXTRA [QEMU-ARGS...]: boot a guest in the background.
+start_guest() {
+	local name=$1 extra=$2
+	shift 2
+	timeout --signal=KILL "$VM_TIMEOUT" qemu-system-x86_64 \
+		-accel tcg -m 2G -smp 2 -nodefaults -display none -no-reboot \
+		-kernel "$dest/bzImage" -initrd "$dest/initramfs.cpio" \
+		-append "console=ttyS0 loglevel=7 oops=panic panic=-1 ipoibrs.host=$name $extra" \
+		-serial "file:$logs/$name.console" -serial "file:$logs/$name.results" \
+		-device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+		"$@" >"$logs/$name.qemu" 2>&1 &
+	pids+=($!)
+	log "guest $name started (qemu pid $!), console: $logs/$name.console"
+}
+
+progs=$(IFS=,; echo "$*")
+job="ipoibrs.job=selftests ipoibrs.progs=${progs:-}"
+guests=()
+case "$topology" in
+one-host)
+	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=one_host_rxe.sh,one_host_module.sh"
+	start_guest host0 "$job"
+	guests=(host0)
+	;;
+two-hosts)
+	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=two_hosts.sh"
+	# Two UDP ports on loopback, one per guest end of the link.
+	base=$((20000 + RANDOM % 20000))
+	pa=$base pb=$((base + 1))
+	net() {
+		echo "-netdev dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$1,remote.type=inet,remote.host=127.0.0.1,remote.port=$2"
+	}
+	# shellcheck disable=SC2046
+	start_guest host0 "$job ipoibrs.role=server ipoibrs.ip=192.0.2.1 ipoibrs.peer=192.0.2.2" \
+		$(net "$pa" "$pb") -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01
+	# shellcheck disable=SC2046
+	start_guest host1 "$job ipoibrs.role=client ipoibrs.ip=192.0.2.2 ipoibrs.peer=192.0.2.1" \
+		$(net "$pb" "$pa") -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:02
+	guests=(host0 host1)
+	;;
+*) die "unknown topology $topology" ;;
+esac
+
+# Stop our guests (by PID) if we are interrupted.
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' INT TERM
+for p in "${pids[@]}"; do wait "$p" || true; done
+trap - INT TERM
+
+passed=0 failed=0 skipped=0
+report() { # report ok|fail|skip NAME [WHY]
+	case $1 in
+	ok) echo "ok - $2"; passed=$((passed + 1)) ;;
+	fail) echo "not ok - $2${3:+ # $3}"; failed=$((failed + 1)) ;;
+	skip) echo "ok - $2 # SKIP ${3:-}"; skipped=$((skipped + 1)) ;;
+	esac
+}
+
+for g in "${guests[@]}"; do
+	console=$logs/$g.console results=$logs/$g.results
+	# Nested cases of each program ("# ok N desc"), then the programs themselves.
+	while IFS= read -r line; do
+		case "$line" in
+		"# ok "*"# SKIP"*)
+			d=${line#\# ok }; d=${d#* }
+			report skip "$topology/$g: ${d%%# SKIP*}" "${d#*# SKIP}" ;;
+		"# ok "*) d=${line#\# ok }; report ok "$topology/$g: ${d#* }" ;;
+		"# not ok "*) d=${line#\# not ok }; report fail "$topology/$g: ${d#* }" ;;
+		"# 1..0 # SKIP"*) report skip "$topology/$g: ${prog:-program}" "${line#*SKIP}" ;;
+		"# selftests: "*) prog=${line##*: } ;;
+		"not ok "*"selftests: "*)
+			# A program that failed without a failing case (crash, timeout, bail-out).
+			d=${line#*selftests: }
+			grep -q "^# not ok " <(sed -n "/^# selftests: .*: ${d%% *}\$/,/selftests: .*${d%% *}/p" "$results") ||
+				report fail "$topology/$g: ${d}" ;;
+		esac
+	done < <(tr -d '\r' <"$results" 2>/dev/null)
+
+	if grep -q "IPOIB-RS-GUEST: done rc=" "$console"; then
+		report ok "$topology/$g: guest booted and finished"
+	else
+		report fail "$topology/$g: guest booted and finished" "no completion marker; see $console"
+	fi
+	if trouble=$(grep -aE "$TROUBLE" "$console" | head -n 5) && [ -n "$trouble" ]; then
+		report fail "$topology/$g: kernel console clean" "$(echo "$trouble" | head -n 1)"
+		echo "$trouble" | sed 's/^/#   /'
+	else
+		report ok "$topology/$g: kernel console clean"
+	fi
+done
+echo "logs: $logs"
+echo "summary of $topology: $passed passed, $failed failed, $skipped skipped"
+echo "$passed $failed $skipped" >"$logs/counts"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: GPL-2.0
+# Shared helpers of the ipoib selftests: KTAP output, soft-RoCE topologies, kernel log checks.
+
+. "$(dirname "${BASH_SOURCE[0]}")/../../../kselftest/ktap_helpers.sh"
+
+MODULE=ib_ipoib
+
+# ipoib_skip DESCRIPTION REASON: a skipped test, with the reason in the KTAP directive.
+ipoib_skip() {
+	__ktap_test "ok" "$1" "SKIP $2"
+	KTAP_CNT_SKIP=$((KTAP_CNT_SKIP + 1))
+}
+
+# ipoib_check DESCRIPTION COMMAND...: pass if COMMAND succeeds; its output goes to the log.
+ipoib_check() {
+	local desc=$1
+	shift
+	if "$@"; then ktap_test_pass "$desc"; else ktap_test_fail "$desc"; fi
+}
+
+# wait_for SECONDS COMMAND...: retry COMMAND every 0.2 s until it succeeds or time runs out.
+wait_for() {
+	local deadline=$(($(date +%s) + $1))
+	shift
+	until "$@"; do
+		[ "$(date +%s)" -lt "$deadline" ] || return 1
+		sleep 0.2
+	done
+}
+
+# Kernel log bookmarks: klog_mark, then klog_since prints what was logged after it.
+klog_mark() { KLOG_MARK=$(dmesg | wc -l); }
+klog_since() { dmesg | tail -n +"$((KLOG_MARK + 1))"; }
+
+# Reports of kernel trouble; any of these in the log fails a test.
+KLOG_TROUBLE='WARNING:|BUG:|Oops|Call Trace|circular locking|possible recursive locking|KASAN|kmemleak|UBSAN|general protection|Kernel panic|refcount_t:'
+klog_clean_since() { ! klog_since | grep -E "$KLOG_TROUBLE"; }
+
+port_state() { cat "/sys/class/infiniband/$1/ports/$2/state" 2>/dev/null; }
+port_active() { port_state "$1" "$2" | grep -q ACTIVE; }
+
+# rxe_add NAME NETDEV: soft-RoCE device NAME on NETDEV, waited for until its port is active.
+rxe_add() {
+	rdma link add "$1" type rxe netdev "$2" || return 1
+	wait_for 10 port_active "$1" 1
+}
+
+# gid_index DEV IPV4: index of the RoCE v2 GID that carries IPV4 on port 1 of DEV.
+gid_index() {
+	local mapped f
+	mapped=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$2" | tr . ' '))
+	for f in /sys/class/infiniband/"$1"/ports/1/gids/*; do
+		if [ "$(cat "$f" 2>/dev/null)" = "$mapped" ] &&
+			grep -q "RoCE v2" "/sys/class/infiniband/$1/ports/1/gid_attrs/types/${f##*/}" 2>/dev/null; then
+			echo "${f##*/}"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# One host: veth0 (192.0.2.1) and veth1 (192.0.2.2) with rxe0 and rxe1 on them.
+ONE_HOST_IP0=192.0.2.1
+ONE_HOST_IP1=192.0.2.2
+one_host_topology() {
+	[ -d /sys/class/infiniband/rxe0 ] && [ -d /sys/class/infiniband/rxe1 ] && return 0
+	sysctl -qw net.ipv4.conf.all.accept_local=1 || return 1
+	ip link add veth0 type veth peer name veth1 || return 1
+	ip addr add "$ONE_HOST_IP0/24" dev veth0 &&
+		ip addr add "$ONE_HOST_IP1/24" dev veth1 &&
+		ip link set veth0 up && ip link set veth1 up || return 1
+	rxe_add rxe0 veth0 && rxe_add rxe1 veth1
+}
+
+# Two hosts: rxe0 on eth0, which carries IPOIB_LOCAL_IP/24.
+two_hosts_topology() {
+	[ -d /sys/class/infiniband/rxe0 ] && return 0
+	ip addr add "$IPOIB_LOCAL_IP/24" dev eth0 && ip link set eth0 up || return 1
+	rxe_add rxe0 eth0
+}
+
+# Every port of every RDMA device, as "DEV PORT" lines.
+all_ports() {
+	local d p
+	for d in /sys/class/infiniband/*; do
+		for p in "$d"/ports/*; do echo "${d##*/} ${p##*/}"; done
+	done
+}
+
+module_loaded() { grep -q "^$MODULE " /proc/modules; }
+
+# port_logged LOG DEV PORT: the module's add line for DEV/PORT is in LOG with the port's
+# real link type, active MTU and GID 0 as sysfs shows them.
+port_logged() {
+	local mtu gid
+	mtu=$(cut -d' ' -f1 "/sys/class/infiniband/$2/ports/$3/active_mtu")
+	gid=$(cat "/sys/class/infiniband/$2/ports/$3/gids/0")
+	echo "$1" | grep -q "$MODULE: $2 port $3: RoCE (Ethernet link), state ACTIVE, active MTU $mtu, GID\[0\] $gid, broadcast 00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
+}
+port_removed_logged() { echo "$1" | grep -q "$MODULE: $2 port $3: removed"; }

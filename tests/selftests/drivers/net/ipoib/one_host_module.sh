@@ -1,0 +1,72 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ib_ipoib loads, takes on every soft-RoCE port, follows devices added and removed later,
+# unloads cleanly, and survives repeated load/unload cycles.
+. "$(dirname "$0")/lib.sh"
+
+CYCLES=20
+
+ktap_print_header
+ktap_set_plan 7
+
+if ! modinfo "$MODULE" >/dev/null 2>&1; then
+	ktap_skip_all "module $MODULE not installed"
+	exit "$KSFT_SKIP"
+fi
+if ! one_host_topology; then
+	ktap_exit_fail_msg "soft-RoCE topology did not come up"
+fi
+module_loaded && rmmod "$MODULE"
+
+klog_mark
+start_mark=$KLOG_MARK
+ipoib_check "modprobe $MODULE" modprobe "$MODULE"
+log=$(klog_since)
+every_port_logged() {
+	local n=0 dev port
+	while read -r dev port; do
+		port_logged "$log" "$dev" "$port" || { echo "no add line for $dev port $port"; return 1; }
+		n=$((n + 1))
+	done < <(all_ports)
+	[ "$n" -ge 2 ]
+}
+ipoib_check "every rxe port logged with link, MTU and GID 0" every_port_logged
+
+# A device added and removed while the module is loaded.
+hotplug() {
+	ip link add ipoibdummy0 type dummy && ip link set ipoibdummy0 up || return 1
+	klog_mark
+	rxe_add rxe9 ipoibdummy0 || return 1
+	port_logged "$(klog_since)" rxe9 1 || { echo "rxe9 not taken on"; return 1; }
+	klog_mark
+	rdma link delete rxe9 || return 1
+	port_removed_logged "$(klog_since)" rxe9 1 || { echo "rxe9 not let go"; return 1; }
+	ip link del ipoibdummy0
+}
+ipoib_check "device added and removed while loaded" hotplug
+
+klog_mark
+ipoib_check "rmmod $MODULE" rmmod "$MODULE"
+log=$(klog_since)
+every_port_removed() {
+	local dev port
+	while read -r dev port; do
+		port_removed_logged "$log" "$dev" "$port" || { echo "no remove line for $dev port $port"; return 1; }
+	done < <(all_ports)
+	! module_loaded
+}
+ipoib_check "every port let go and module gone" every_port_removed
+
+klog_mark
+cycles() {
+	local i
+	for i in $(seq "$CYCLES"); do
+		modprobe "$MODULE" || { echo "load $i failed"; return 1; }
+		rmmod "$MODULE" || { echo "unload $i failed"; return 1; }
+	done
+	[ "$(klog_since | grep -c "$MODULE: loaded")" -eq "$CYCLES" ]
+}
+ipoib_check "$CYCLES load/unload cycles" cycles
+KLOG_MARK=$start_mark
+ipoib_check "kernel log clean throughout" klog_clean_since
+ktap_finished
