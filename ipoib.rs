@@ -13,9 +13,8 @@ use kernel::{
     },
 };
 
-// Wire formats are host-tested now; the datapath that uses all of them comes next.
-#[allow(dead_code)]
-mod wire;
+/// Wire formats, shared byte for byte with C peers; also built and tested on the host.
+pub mod wire;
 
 use wire::HwAddr;
 

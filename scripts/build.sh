@@ -7,7 +7,7 @@ set -euo pipefail
 
 "$REPO/scripts/prepare-tree.sh"
 
-MAKE=(make -C "$KTREE" O="$KBUILD" LLVM=1 -j"$(($(nproc) + 1))" -s)
+MAKE=(make -C "$KTREE" O="$KBUILD" LLVM=1 CLIPPY=1 -j"$(($(nproc) + 1))" -s)
 fragments=("$REPO/config/ipoib-rs.config")
 [ "$FLAVOUR" = debug ] && fragments+=("$REPO/config/debug.config")
 [ "$FLAVOUR" = default ] || [ "$FLAVOUR" = debug ] || die "unknown flavour $FLAVOUR"

@@ -86,21 +86,20 @@ report() { # report ok|fail|skip NAME [WHY]
 
 for g in "${guests[@]}"; do
 	console=$logs/$g.console results=$logs/$g.results
-	# Nested cases of each program ("# ok N desc"), then the programs themselves.
+	# Nested cases of each program ("# ok N desc"), then the programs themselves; a program
+	# that failed without a failing case (crash, timeout, bail-out) counts as one failure.
+	prog="" case_failed=0
 	while IFS= read -r line; do
 		case "$line" in
+		"# selftests: "*) prog=${line##*: } case_failed=0 ;;
 		"# ok "*"# SKIP"*)
 			d=${line#\# ok }; d=${d#* }
 			report skip "$topology/$g: ${d%%# SKIP*}" "${d#*# SKIP}" ;;
 		"# ok "*) d=${line#\# ok }; report ok "$topology/$g: ${d#* }" ;;
-		"# not ok "*) d=${line#\# not ok }; report fail "$topology/$g: ${d#* }" ;;
-		"# 1..0 # SKIP"*) report skip "$topology/$g: ${prog:-program}" "${line#*SKIP}" ;;
-		"# selftests: "*) prog=${line##*: } ;;
+		"# not ok "*) d=${line#\# not ok }; report fail "$topology/$g: ${d#* }"; case_failed=1 ;;
+		"# 1..0 # SKIP"*) report skip "$topology/$g: $prog" "${line#*SKIP}" ;;
 		"not ok "*"selftests: "*)
-			# A program that failed without a failing case (crash, timeout, bail-out).
-			d=${line#*selftests: }
-			grep -q "^# not ok " <(sed -n "/^# selftests: .*: ${d%% *}\$/,/selftests: .*${d%% *}/p" "$results") ||
-				report fail "$topology/$g: ${d}" ;;
+			[ "$case_failed" = 1 ] || report fail "$topology/$g: $prog" "${line##*# }" ;;
 		esac
 	done < <(tr -d '\r' <"$results" 2>/dev/null)
 

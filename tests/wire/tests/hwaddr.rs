@@ -43,7 +43,11 @@ fn qpn_wider_than_24_bits_is_rejected() {
 fn invalid_lengths_are_rejected() {
     for len in [0usize, 1, 4, 19, 21, 24, 40] {
         let bytes = vec![0u8; len];
-        assert_eq!(HwAddr::from_bytes(&bytes), Err(WireError::BadLength), "len {len}");
+        assert_eq!(
+            HwAddr::from_bytes(&bytes),
+            Err(WireError::BadLength),
+            "len {len}"
+        );
     }
 }
 

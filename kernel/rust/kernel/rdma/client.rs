@@ -120,9 +120,7 @@ unsafe extern "C" fn add_callback<T: Client>(raw: *mut bindings::ib_device) -> c
             let ptr = data.into_foreign();
             // SAFETY: `raw` is valid, and `T::vtable()` is the client being called (the only
             // `struct ib_client` whose `add` is this function, per `ClientVTableProvider`).
-            unsafe {
-                bindings::ib_set_client_data(raw, T::vtable().client.get(), ptr.cast_mut())
-            };
+            unsafe { bindings::ib_set_client_data(raw, T::vtable().client.get(), ptr.cast_mut()) };
             0
         }
         Err(e) => e.to_errno(),

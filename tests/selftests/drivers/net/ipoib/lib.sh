@@ -90,11 +90,18 @@ all_ports() {
 module_loaded() { grep -q "^$MODULE " /proc/modules; }
 
 # port_logged LOG DEV PORT: the module's add line for DEV/PORT is in LOG with the port's
-# real link type, active MTU and GID 0 as sysfs shows them.
+# real link layer and state (sysfs), active MTU (ibv_devinfo) and GID 0 (sysfs).
 port_logged() {
-	local mtu gid
-	mtu=$(cut -d' ' -f1 "/sys/class/infiniband/$2/ports/$3/active_mtu")
+	local ll state mtu gid kind
+	ll=$(cat "/sys/class/infiniband/$2/ports/$3/link_layer")
+	state=$(port_state "$2" "$3" | cut -d' ' -f2)
+	mtu=$(ibv_devinfo -d "$2" -i "$3" | sed -n 's/.*active_mtu:[[:space:]]*\([0-9]*\).*/\1/p')
 	gid=$(cat "/sys/class/infiniband/$2/ports/$3/gids/0")
-	echo "$1" | grep -q "$MODULE: $2 port $3: RoCE (Ethernet link), state ACTIVE, active MTU $mtu, GID\[0\] $gid, broadcast 00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
+	case "$ll" in
+	InfiniBand) kind="InfiniBand (InfiniBand link)" ;;
+	*) kind="RoCE (Ethernet link)" ;;
+	esac
+	local want="$MODULE: $2 port $3: $kind, state $state, active MTU $mtu, GID\[0\] $gid, broadcast 00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
+	echo "$1" | grep -q "$want" || { echo "expected in the kernel log: $want"; return 1; }
 }
 port_removed_logged() { echo "$1" | grep -q "$MODULE: $2 port $3: removed"; }

@@ -44,7 +44,7 @@ ipoib_check "$role: rxe0 port 1 logged with link, MTU and GID 0" port_logged "$(
 # Finish together: the client tells the server it is done, so neither tears down early.
 finish() {
 	if [ "$role" = server ]; then
-		timeout 180 nc -l -p "$SYNC_PORT" >/dev/null
+		timeout 180 nc -l -p "$SYNC_PORT" </dev/null >/dev/null
 	else
 		wait_for 60 eval 'echo done >/dev/tcp/$peer/$SYNC_PORT'
 	fi
