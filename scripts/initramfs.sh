@@ -15,6 +15,7 @@ BINARIES=(
 	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong
 	/usr/bin/ib_send_bw /usr/bin/ib_send_lat /usr/bin/ib_write_bw
 	/usr/bin/netperf /usr/bin/netserver /usr/bin/iperf3
+	/usr/bin/timeout
 )
 
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,root,var/tmp}
@@ -52,14 +53,12 @@ printf 'netperf 12865/tcp\n' >"$root/etc/services"
 # Kernel modules, with the depmod data modules_install wrote.
 cp -a "$dest/modroot/lib/modules" "$root/lib/"
 
-# The kselftest tree, as the patch series lays it out, and the guest init.
-st=$root/selftests
-mkdir -p "$st/kselftest" "$st/drivers/net"
-cp "$KTREE/tools/testing/selftests/kselftest/ktap_helpers.sh" "$st/kselftest/"
-cp -r "$REPO/tests/selftests/drivers/net/ipoib" "$st/drivers/net/"
+# The kselftests, installed by the kernel's kselftest build from the tree the patch series
+# lays out (tools/testing/selftests/drivers/net/ipoib), with the kselftest runner.
+make -s -C "$KTREE/tools/testing/selftests" TARGETS=drivers/net/ipoib \
+	INSTALL_PATH="$root/selftests" install >/dev/null
 cp "$REPO/scripts/guest/init" "$root/init"
-cp "$REPO/scripts/guest/run-selftests" "$root/bin/run-selftests"
-chmod +x "$root/init" "$root/bin/run-selftests"
+chmod +x "$root/init"
 
 (cd "$root" && find . -print0 | cpio --null -o -H newc --quiet -R 0:0) >"$dest/initramfs.cpio.tmp"
 mv "$dest/initramfs.cpio.tmp" "$dest/initramfs.cpio"

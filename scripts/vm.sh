@@ -86,20 +86,25 @@ report() { # report ok|fail|skip NAME [WHY]
 
 for g in "${guests[@]}"; do
 	console=$logs/$g.console results=$logs/$g.results
-	# Nested cases of each program ("# ok N desc"), then the programs themselves; a program
-	# that failed without a failing case (crash, timeout, bail-out) counts as one failure.
-	prog="" case_failed=0
+	# Nested cases of each program ("# ok N desc"), then the programs themselves. A program
+	# that failed without a failing case (crash, timeout, bail-out) counts as one failure,
+	# and so does one that passed without reporting any case.
+	prog="" case_failed=0 cases=0
 	while IFS= read -r line; do
 		case "$line" in
-		"# selftests: "*) prog=${line##*: } case_failed=0 ;;
+		"# selftests: "*) prog=${line##*: } case_failed=0 cases=0 ;;
 		"# ok "*"# SKIP"*)
-			d=${line#\# ok }; d=${d#* }
+			d=${line#\# ok }; d=${d#* }; cases=$((cases + 1))
 			report skip "$topology/$g: ${d%%# SKIP*}" "${d#*# SKIP}" ;;
-		"# ok "*) d=${line#\# ok }; report ok "$topology/$g: ${d#* }" ;;
-		"# not ok "*) d=${line#\# not ok }; report fail "$topology/$g: ${d#* }"; case_failed=1 ;;
-		"# 1..0 # SKIP"*) report skip "$topology/$g: $prog" "${line#*SKIP}" ;;
+		"# ok "*) d=${line#\# ok }; cases=$((cases + 1)); report ok "$topology/$g: ${d#* }" ;;
+		"# not ok "*)
+			d=${line#\# not ok }; cases=$((cases + 1)) case_failed=1
+			report fail "$topology/$g: ${d#* }" ;;
+		"# 1..0 # SKIP"*) cases=1; report skip "$topology/$g: $prog" "${line#*SKIP}" ;;
 		"not ok "*"selftests: "*)
 			[ "$case_failed" = 1 ] || report fail "$topology/$g: $prog" "${line##*# }" ;;
+		"ok "*"selftests: "*)
+			[ "$cases" -gt 0 ] || report fail "$topology/$g: $prog" "passed without reporting any test" ;;
 		esac
 	done < <(tr -d '\r' <"$results" 2>/dev/null)
 
