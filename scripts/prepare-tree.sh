@@ -52,10 +52,13 @@ trap 'rm -rf "$staging"' EXIT
 drv=drivers/infiniband/ulp/ipoib_rs
 mkdir -p "$staging/$drv"
 cp "$REPO"/Kconfig "$REPO"/Makefile "$REPO"/*.rs "$staging/$drv/"
-#    c) the selftests, where the patch series puts them
+#    c) the test module of the RDMA abstractions, built from the driver's folder
+mkdir -p "$staging/$drv/selftest"
+cp "$REPO"/tests/kmod/* "$staging/$drv/selftest/"
+#    d) the selftests, where the patch series puts them
 mkdir -p "$staging/tools/testing/selftests/drivers/net"
 cp -r "$REPO/tests/selftests/drivers/net/ipoib" "$staging/tools/testing/selftests/drivers/net/"
-#    d) edits of existing kernel files: the patches applied to pristine copies
+#    e) edits of existing kernel files: the patches applied to pristine copies
 shopt -s nullglob
 patches=("$REPO"/kernel/patches/*.patch)
 for p in "${patches[@]}"; do

@@ -27,6 +27,13 @@ step() { # step NAME COMMAND...: a preparation step; its failure fails the suite
 step "set-up (packages, toolchain)" "$REPO/scripts/setup.sh"
 step "kernel and module build ($FLAVOUR)" "$REPO/scripts/build.sh"
 step "initramfs" "$REPO/scripts/initramfs.sh"
+if "$REPO/scripts/lint.sh"; then
+	echo "ok - lint: rustfmt clean, no compiler or clippy warning in our code"
+	passed=$((passed + 1))
+else
+	echo "not ok - lint: rustfmt clean, no compiler or clippy warning in our code"
+	failed=$((failed + 1))
+fi
 
 # Host unit tests of the wire formats.
 out=$(cd "$REPO/tests/wire" && CARGO_TARGET_DIR=$CACHE/cargo-target cargo test 2>&1)

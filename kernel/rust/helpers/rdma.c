@@ -21,3 +21,59 @@ bool rust_helper_rdma_protocol_roce(const struct ib_device *device, u32 port_num
 {
 	return rdma_protocol_roce(device, port_num);
 }
+
+bool rust_helper_ib_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}
+
+int rust_helper_ib_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
+{
+	return ib_poll_cq(cq, num_entries, wc);
+}
+
+int rust_helper_ib_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+	return ib_req_notify_cq(cq, flags);
+}
+
+int rust_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *send_wr,
+			     const struct ib_send_wr **bad_send_wr)
+{
+	return ib_post_send(qp, send_wr, bad_send_wr);
+}
+
+int rust_helper_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *recv_wr,
+			     const struct ib_recv_wr **bad_recv_wr)
+{
+	return ib_post_recv(qp, recv_wr, bad_recv_wr);
+}
+
+u64 rust_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
+				  enum dma_data_direction direction)
+{
+	return ib_dma_map_single(dev, cpu_addr, size, direction);
+}
+
+void rust_helper_ib_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size,
+				     enum dma_data_direction direction)
+{
+	ib_dma_unmap_single(dev, addr, size, direction);
+}
+
+int rust_helper_ib_dma_mapping_error(struct ib_device *dev, u64 dma_addr)
+{
+	return ib_dma_mapping_error(dev, dma_addr);
+}
+
+void rust_helper_ib_dma_sync_single_for_cpu(struct ib_device *dev, u64 addr, size_t size,
+					    enum dma_data_direction dir)
+{
+	ib_dma_sync_single_for_cpu(dev, addr, size, dir);
+}
+
+void rust_helper_ib_dma_sync_single_for_device(struct ib_device *dev, u64 addr, size_t size,
+					       enum dma_data_direction dir)
+{
+	ib_dma_sync_single_for_device(dev, addr, size, dir);
+}

@@ -6,11 +6,18 @@
 
 use crate::{
     bindings,
-    error::{code::EINVAL, to_result, Result},
+    error::{
+        code::{EINVAL, ENODEV},
+        to_result, Result,
+    },
     str::CStr,
     types::Opaque,
 };
-use core::{fmt, ops::RangeInclusive};
+use core::{
+    fmt,
+    ops::{Deref, RangeInclusive},
+    ptr::NonNull,
+};
 
 /// An RDMA device (`struct ib_device`), as handed to an IB client.
 ///
@@ -37,6 +44,35 @@ impl Device {
     /// Returns the raw `struct ib_device` pointer.
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
         self.0.get()
+    }
+
+    /// Takes a registration reference: the device stays registered until it is dropped.
+    ///
+    /// Fails with `ENODEV` once unregistration has begun. Within [`super::client::Client`]
+    /// callbacks it always succeeds. Objects that must not outlive the device (protection
+    /// domains, queues, buffers) hold one, so the core's unregistration waits for them.
+    pub fn get_ref(&self) -> Result<DeviceRef> {
+        // SAFETY: By the type invariant the device is valid.
+        if unsafe { bindings::ib_device_try_get(self.as_raw()) } {
+            // INVARIANT: the reference was just taken.
+            Ok(DeviceRef(NonNull::from(self)))
+        } else {
+            Err(ENODEV)
+        }
+    }
+
+    /// Finds a registered device by name and takes a registration reference on it.
+    pub fn get_by_name(name: &CStr) -> Result<DeviceRef> {
+        // SAFETY: `name` is NUL-terminated; any driver id is accepted.
+        let raw = unsafe {
+            bindings::ib_device_get_by_name(
+                name.as_char_ptr(),
+                bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+            )
+        };
+        let raw = NonNull::new(raw).ok_or(ENODEV)?;
+        // INVARIANT: `ib_device_get_by_name` returned with a registration reference held.
+        Ok(DeviceRef(raw.cast()))
     }
 
     /// Returns the device's name, e.g. `rxe0`.
@@ -118,6 +154,41 @@ impl Device {
         Ok(Gid(unsafe { gid.raw }))
     }
 }
+
+/// A registration reference on a [`Device`]: while it exists the device stays registered
+/// (its unregistration waits), so everything built on the device may use it.
+///
+/// # Invariants
+///
+/// Holds one registration reference (`ib_device_try_get`) on a valid device.
+pub struct DeviceRef(NonNull<Device>);
+
+// SAFETY: The reference count is atomic and the device may be used from any thread.
+unsafe impl Send for DeviceRef {}
+// SAFETY: `&DeviceRef` only gives `&Device`, which is `Sync`.
+unsafe impl Sync for DeviceRef {}
+
+impl Deref for DeviceRef {
+    type Target = Device;
+
+    fn deref(&self) -> &Device {
+        // SAFETY: By the type invariant the device is valid while the reference is held.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Drop for DeviceRef {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant this object holds one reference, released once here.
+        unsafe { bindings::ib_device_put(self.as_raw()) };
+    }
+}
+
+// SAFETY: `Device` is a handle to a C object whose lifetime the RDMA core manages; shared
+// references are used concurrently by the core itself.
+unsafe impl Sync for Device {}
+// SAFETY: See above; nothing in `Device` is tied to a thread.
+unsafe impl Send for Device {}
 
 /// How a port's frames are carried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

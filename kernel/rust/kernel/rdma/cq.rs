@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completion queues and work completions.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+
+use super::device::{Device, DeviceRef};
+use crate::{
+    alloc::flags::GFP_KERNEL,
+    bindings,
+    error::{code::EINVAL, from_err_ptr, to_result, Result},
+    ffi::c_void,
+    str::CStr,
+    sync::Arc,
+};
+use core::ptr::NonNull;
+
+/// Told when a completion arrives on a queue that asked for notification.
+///
+/// Runs in whatever context the device reports completions from, interrupt context
+/// included: it must not sleep. Drivers typically schedule NAPI or a work item here.
+pub trait CompletionHandler: Send + Sync {
+    /// A completion event for the queue.
+    fn completion(&self);
+}
+
+/// A completion queue (`struct ib_cq`) with its event handler `H`.
+///
+/// # Invariants
+///
+/// `cq` was returned by `__ib_create_cq` with `handler` as its context, and is destroyed only
+/// in `drop`, before `handler` is released.
+pub struct CompletionQueue<H: CompletionHandler> {
+    cq: NonNull<bindings::ib_cq>,
+    handler: Arc<H>,
+    _device: DeviceRef,
+}
+
+// SAFETY: Providers serialise access to a CQ internally; the handler is `Send + Sync`.
+unsafe impl<H: CompletionHandler> Send for CompletionQueue<H> {}
+// SAFETY: See above.
+unsafe impl<H: CompletionHandler> Sync for CompletionQueue<H> {}
+
+/// # Safety
+///
+/// Called by the RDMA core only, with the context given to `__ib_create_cq`.
+unsafe extern "C" fn completion_callback<H: CompletionHandler>(
+    _cq: *mut bindings::ib_cq,
+    context: *mut c_void,
+) {
+    // SAFETY: `context` is the `Arc<H>` pointer given at creation, which outlives the CQ (type
+    // invariant of `CompletionQueue`), and the core only calls this while the CQ exists.
+    let handler = unsafe { &*context.cast::<H>() };
+    handler.completion();
+}
+
+impl<H: CompletionHandler> CompletionQueue<H> {
+    /// Creates a queue of at least `entries` completions on `device`, reporting events on
+    /// completion vector `vector` to `handler`. `owner` names the creating module in the
+    /// core's resource tracking.
+    pub fn new(
+        device: &Device,
+        entries: u32,
+        vector: u32,
+        handler: Arc<H>,
+        owner: &'static CStr,
+    ) -> Result<Arc<Self>> {
+        let device = device.get_ref()?;
+        let attr = bindings::ib_cq_init_attr {
+            cqe: entries,
+            comp_vector: vector,
+            flags: 0,
+        };
+        let context: *const H = &*handler;
+        // SAFETY: The device is registered; `attr` is valid for the call; `context` stays
+        // valid until the CQ is destroyed (it is kept in the returned object).
+        let cq = from_err_ptr(unsafe {
+            bindings::__ib_create_cq(
+                device.as_raw(),
+                Some(completion_callback::<H>),
+                None,
+                context.cast_mut().cast(),
+                &attr,
+                owner.as_char_ptr(),
+            )
+        })?;
+        let cq = NonNull::new(cq).ok_or(EINVAL)?;
+        // INVARIANT: `cq` was just created with `handler` as its context.
+        Ok(Arc::new(
+            Self {
+                cq,
+                handler,
+                _device: device,
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// The handler of this queue.
+    pub fn handler(&self) -> &Arc<H> {
+        &self.handler
+    }
+
+    /// Moves up to `wc.len()` completions into `wc`; returns how many.
+    pub fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
+        let n = i32::try_from(wc.len()).unwrap_or(i32::MAX);
+        // SAFETY: `cq` is valid; `wc` has room for `n` entries of the `repr(transparent)`
+        // `WorkCompletion`.
+        let ret = unsafe { bindings::ib_poll_cq(self.cq.as_ptr(), n, wc.as_mut_ptr().cast()) };
+        to_result(ret)?;
+        Ok(usize::try_from(ret).unwrap_or(0))
+    }
+
+    /// Asks for a handler call at the next completion. Returns `true` when completions may
+    /// have arrived before the request took effect: the caller must poll again.
+    pub fn request_notify(&self) -> Result<bool> {
+        let flags = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP
+            | bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
+        // SAFETY: `cq` is valid.
+        let ret = unsafe { bindings::ib_req_notify_cq(self.cq.as_ptr(), flags) };
+        to_result(ret)?;
+        Ok(ret > 0)
+    }
+}
+
+/// What a queue pair needs of a completion queue, whatever its handler type.
+pub trait RawCompletionQueue: Send + Sync {
+    /// The `struct ib_cq`.
+    fn as_raw(&self) -> *mut bindings::ib_cq;
+}
+
+impl<H: CompletionHandler> RawCompletionQueue for CompletionQueue<H> {
+    fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.cq.as_ptr()
+    }
+}
+
+impl<H: CompletionHandler> Drop for CompletionQueue<H> {
+    fn drop(&mut self) {
+        // SAFETY: `cq` is valid and destroyed only here; queue pairs using it hold an `Arc`
+        // to it, so none is left. After this returns the handler is no longer called.
+        unsafe { bindings::ib_destroy_cq_user(self.cq.as_ptr(), core::ptr::null_mut()) };
+    }
+}
+
+/// Status of a work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcStatus {
+    /// The work request completed.
+    Success,
+    /// Flushed because the queue pair moved to the error state.
+    Flushed,
+    /// Any other failure, with the core's status code.
+    Error(u32),
+}
+
+/// Kind of work that completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// A send.
+    Send,
+    /// A receive.
+    Recv,
+    /// Anything else, with the core's opcode.
+    Other(u32),
+}
+
+/// One work completion (`struct ib_wc`), filled in by [`CompletionQueue::poll`].
+#[repr(transparent)]
+pub struct WorkCompletion(bindings::ib_wc);
+
+// SAFETY: A completion is plain data; its pointers only identify objects, never dereferenced.
+unsafe impl Send for WorkCompletion {}
+// SAFETY: See above.
+unsafe impl Sync for WorkCompletion {}
+
+impl WorkCompletion {
+    /// An empty completion, to poll into.
+    pub const fn new() -> Self {
+        // SAFETY: `ib_wc` is integers, C enums and pointers, for which zero is valid.
+        Self(unsafe { core::mem::MaybeUninit::zeroed().assume_init() })
+    }
+
+    fn raw(&self) -> &bindings::ib_wc {
+        &self.0
+    }
+
+    /// The token of the work request, as given when it was posted.
+    pub fn wr_id(&self) -> u64 {
+        // SAFETY: Both union members are 64-bit; this API always posts with `wr_id`.
+        unsafe { self.raw().__bindgen_anon_1.wr_id }
+    }
+
+    /// The completion status.
+    pub fn status(&self) -> WcStatus {
+        match self.raw().status {
+            bindings::ib_wc_status_IB_WC_SUCCESS => WcStatus::Success,
+            bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR => WcStatus::Flushed,
+            s => WcStatus::Error(s),
+        }
+    }
+
+    /// What kind of work completed (valid on success).
+    pub fn opcode(&self) -> WcOpcode {
+        match self.raw().opcode {
+            bindings::ib_wc_opcode_IB_WC_SEND => WcOpcode::Send,
+            bindings::ib_wc_opcode_IB_WC_RECV => WcOpcode::Recv,
+            o => WcOpcode::Other(o),
+        }
+    }
+
+    /// Bytes received (receives only), including the 40-byte GRH space on UD.
+    pub fn byte_len(&self) -> u32 {
+        self.raw().byte_len
+    }
+
+    /// The sender's QPN (UD receives).
+    pub fn src_qp(&self) -> u32 {
+        self.raw().src_qp
+    }
+
+    /// The sender's LID (InfiniBand UD receives).
+    pub fn slid(&self) -> u32 {
+        self.raw().slid
+    }
+
+    /// Whether the receive buffer starts with a valid GRH.
+    pub fn has_grh(&self) -> bool {
+        self.raw().wc_flags & (bindings::ib_wc_flags_IB_WC_GRH as i32) != 0
+    }
+
+    pub(crate) fn qp(&self) -> *mut bindings::ib_qp {
+        self.raw().qp
+    }
+}
+
+impl Default for WorkCompletion {
+    fn default() -> Self {
+        Self::new()
+    }
+}

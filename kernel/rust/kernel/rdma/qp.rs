@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+//!
+//! A queue pair owns every buffer posted to it until the work request completes: posting
+//! moves the buffer in, [`UdQueuePair::complete_recv`] and [`UdQueuePair::complete_send`] move
+//! it out again for the completion that names it. The device therefore never accesses memory
+//! that Rust code can see or free, and destroying the queue pair (which stops the device)
+//! happens before its buffers are freed.
+
+use super::{
+    ah::AddressHandle,
+    cq::{RawCompletionQueue, WorkCompletion},
+    device::Gid,
+    dma::DmaBuffer,
+    pd::ProtectionDomain,
+};
+use crate::{
+    alloc::{flags::GFP_KERNEL, KVec},
+    bindings,
+    error::{
+        code::{EINVAL, ENOSPC},
+        from_err_ptr, to_result, Error, Result,
+    },
+    new_spinlock,
+    prelude::*,
+    str::CStr,
+    sync::{Arc, SpinLock},
+};
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+/// Sizes of the work queues of a queue pair.
+#[derive(Clone, Copy, Debug)]
+pub struct QpCaps {
+    /// Outstanding sends.
+    pub max_send_wr: u32,
+    /// Outstanding receives.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive.
+    pub max_recv_sge: u32,
+}
+
+/// Numbers every queue pair of this kernel, so that a completion left in a shared CQ by a
+/// destroyed queue pair is never taken for one of a new queue pair at the same address.
+static QP_SERIAL: AtomicU32 = AtomicU32::new(1);
+
+/// A buffer posted for a send, with what must live until the send completes.
+struct SendSlot {
+    buf: DmaBuffer,
+    _ah: Arc<AddressHandle>,
+}
+
+/// Posted buffers by work request index; `wr_id` = serial << 32 | index.
+struct Slots<T> {
+    entries: KVec<Option<T>>,
+    next: usize,
+}
+
+impl<T> Slots<T> {
+    fn new(n: u32) -> Result<Self> {
+        let mut entries = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+        for _ in 0..n {
+            entries.push(None, GFP_KERNEL)?;
+        }
+        Ok(Self { entries, next: 0 })
+    }
+
+    /// A free index, preferring ring order.
+    fn free_index(&mut self) -> Option<usize> {
+        let n = self.entries.len();
+        let found = (0..n)
+            .map(|i| (self.next + i) % n)
+            .find(|&i| self.entries[i].is_none())?;
+        self.next = (found + 1) % n;
+        Some(found)
+    }
+}
+
+/// An unreliable-datagram queue pair (`IB_QPT_UD`).
+///
+/// # Invariants
+///
+/// `qp` was returned by `ib_create_qp_kernel` in `pd` with `send_cq` and `recv_cq`, and is
+/// destroyed only in `drop`, before the buffers in `send` and `recv` are freed. Every `Some`
+/// slot holds the buffer of a work request posted with that slot's `wr_id` that has not
+/// been completed through this object.
+#[pin_data(PinnedDrop)]
+pub struct UdQueuePair {
+    qp: NonNull<bindings::ib_qp>,
+    serial: u32,
+    #[pin]
+    send: SpinLock<Slots<SendSlot>>,
+    #[pin]
+    recv: SpinLock<Slots<DmaBuffer>>,
+    pd: Arc<ProtectionDomain>,
+    _send_cq: Arc<dyn RawCompletionQueue>,
+    _recv_cq: Arc<dyn RawCompletionQueue>,
+}
+
+// SAFETY: The core allows a QP to be used from any thread; the slots are behind locks.
+unsafe impl Send for UdQueuePair {}
+// SAFETY: See above.
+unsafe impl Sync for UdQueuePair {}
+
+impl UdQueuePair {
+    /// Creates a UD queue pair in `pd`, completing sends on `send_cq` and receives on
+    /// `recv_cq`. Every send is signalled. `owner` names the creating module in the core's
+    /// resource tracking.
+    pub fn new(
+        pd: &Arc<ProtectionDomain>,
+        send_cq: Arc<dyn RawCompletionQueue>,
+        recv_cq: Arc<dyn RawCompletionQueue>,
+        caps: QpCaps,
+        owner: &'static CStr,
+    ) -> Result<Pin<KBox<Self>>> {
+        // SAFETY: All-zero is a valid `ib_qp_init_attr` (null pointers, zero sizes).
+        let mut attr: bindings::ib_qp_init_attr = unsafe { core::mem::zeroed() };
+        attr.send_cq = send_cq.as_raw();
+        attr.recv_cq = recv_cq.as_raw();
+        attr.cap.max_send_wr = caps.max_send_wr;
+        attr.cap.max_recv_wr = caps.max_recv_wr;
+        attr.cap.max_send_sge = caps.max_send_sge;
+        attr.cap.max_recv_sge = caps.max_recv_sge;
+        attr.sq_sig_type = bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
+        attr.qp_type = bindings::ib_qp_type_IB_QPT_UD;
+        let send = Slots::new(caps.max_send_wr)?;
+        let recv = Slots::new(caps.max_recv_wr)?;
+        // SAFETY: `pd` and both CQs are valid (we hold references, kept in the object);
+        // `attr` is valid for the call; `owner` is a static string.
+        let qp = from_err_ptr(unsafe {
+            bindings::ib_create_qp_kernel(pd.as_raw(), &mut attr, owner.as_char_ptr())
+        })?;
+        let qp = NonNull::new(qp).ok_or(EINVAL)?;
+        let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let init = pin_init!(Self {
+            qp,
+            serial,
+            send <- new_spinlock!(send, "UdQueuePair::send"),
+            recv <- new_spinlock!(recv, "UdQueuePair::recv"),
+            pd: pd.clone(),
+            _send_cq: send_cq,
+            _recv_cq: recv_cq,
+        });
+        match KBox::pin_init(init, GFP_KERNEL) {
+            Ok(this) => Ok(this),
+            Err(e) => {
+                // SAFETY: `qp` was created above, nothing was posted to it, and it is not
+                // referenced anywhere else.
+                unsafe { bindings::ib_destroy_qp_user(qp.as_ptr(), core::ptr::null_mut()) };
+                Err(e)
+            }
+        }
+    }
+
+    /// The queue pair number: what peers address and what IPoIB puts in its hardware address.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: By the type invariant `qp` is valid; `qp_num` is fixed at creation.
+        unsafe { (*self.qp.as_ptr()).qp_num }
+    }
+
+    fn modify(&self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result {
+        // SAFETY: `qp` is valid and `attr` is valid for the call.
+        to_result(unsafe { bindings::ib_modify_qp(self.qp.as_ptr(), attr, mask as i32) })
+    }
+
+    fn attr(state: bindings::ib_qp_state) -> bindings::ib_qp_attr {
+        // SAFETY: All-zero is a valid `ib_qp_attr`.
+        let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
+        attr.qp_state = state;
+        attr
+    }
+
+    /// Moves a new (RESET) queue pair to ready-to-send: INIT with `port`, `pkey_index` and
+    /// `qkey`, then RTR, then RTS with send PSN 0.
+    pub fn ready(&self, port: u32, pkey_index: u16, qkey: u32) -> Result {
+        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_INIT);
+        attr.port_num = port;
+        attr.pkey_index = pkey_index;
+        attr.qkey = qkey;
+        self.modify(
+            &mut attr,
+            bindings::ib_qp_attr_mask_IB_QP_STATE
+                | bindings::ib_qp_attr_mask_IB_QP_PORT
+                | bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX
+                | bindings::ib_qp_attr_mask_IB_QP_QKEY,
+        )?;
+        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RTR);
+        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
+        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RTS);
+        attr.sq_psn = 0;
+        self.modify(
+            &mut attr,
+            bindings::ib_qp_attr_mask_IB_QP_STATE | bindings::ib_qp_attr_mask_IB_QP_SQ_PSN,
+        )
+    }
+
+    /// Moves the queue pair to the error state: posted work completes as flushed.
+    pub fn set_error(&self) -> Result {
+        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_ERR);
+        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
+    }
+
+    /// Joins the multicast group `gid` (with `lid` on InfiniBand, 0 on RoCE) on this QP.
+    pub fn attach_mcast(&self, gid: &Gid, lid: u16) -> Result {
+        let mut gid = bindings::ib_gid { raw: gid.0 };
+        // SAFETY: `qp` is valid and `gid` is valid for the call.
+        to_result(unsafe { bindings::ib_attach_mcast(self.qp.as_ptr(), &mut gid, lid) })
+    }
+
+    /// Leaves the multicast group `gid`.
+    pub fn detach_mcast(&self, gid: &Gid, lid: u16) -> Result {
+        let mut gid = bindings::ib_gid { raw: gid.0 };
+        // SAFETY: `qp` is valid and `gid` is valid for the call.
+        to_result(unsafe { bindings::ib_detach_mcast(self.qp.as_ptr(), &mut gid, lid) })
+    }
+
+    fn wr_id(&self, index: usize) -> u64 {
+        (u64::from(self.serial) << 32) | index as u64
+    }
+
+    /// The slot index named by `wc` if the completion belongs to this queue pair.
+    fn slot_of(&self, wc: &WorkCompletion) -> Option<usize> {
+        let id = wc.wr_id();
+        (wc.qp() == self.qp.as_ptr() && (id >> 32) as u32 == self.serial)
+            .then_some((id & 0xffff_ffff) as usize)
+    }
+
+    /// Posts `buf` to receive one datagram (40 bytes of GRH space, then the payload).
+    /// On failure the buffer comes back with the error.
+    pub fn post_recv(&self, buf: DmaBuffer) -> core::result::Result<(), (Error, DmaBuffer)> {
+        let Ok(length) = u32::try_from(buf.len()) else {
+            return Err((EINVAL, buf));
+        };
+        let mut slots = self.recv.lock();
+        let Some(index) = slots.free_index() else {
+            return Err((ENOSPC, buf));
+        };
+        let mut sge = bindings::ib_sge {
+            addr: buf.dma_addr(),
+            length,
+            lkey: self.pd.local_dma_lkey(),
+        };
+        // SAFETY: All-zero is a valid `ib_recv_wr`.
+        let mut wr: bindings::ib_recv_wr = unsafe { core::mem::zeroed() };
+        wr.__bindgen_anon_1.wr_id = self.wr_id(index);
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        buf.sync_for_device();
+        let mut bad = core::ptr::null();
+        // SAFETY: `qp` is valid; `wr` and `sge` are valid for the call; `sge` describes the
+        // mapping of `buf`, which stays in the slot (owned by this object) until completed.
+        let ret = unsafe { bindings::ib_post_recv(self.qp.as_ptr(), &wr, &mut bad) };
+        if let Err(e) = to_result(ret) {
+            buf.sync_for_cpu();
+            return Err((e, buf));
+        }
+        // INVARIANT: the buffer of the posted request is kept in its slot.
+        slots.entries[index] = Some(buf);
+        Ok(())
+    }
+
+    /// Posts the first `len` bytes of `buf` as one datagram to QP `remote_qpn` with Q_Key
+    /// `remote_qkey` through `ah`. On failure the buffer comes back with the error.
+    pub fn post_send(
+        &self,
+        buf: DmaBuffer,
+        len: usize,
+        ah: &Arc<AddressHandle>,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> core::result::Result<(), (Error, DmaBuffer)> {
+        let length = match u32::try_from(len) {
+            Ok(l) if len <= buf.len() => l,
+            _ => return Err((EINVAL, buf)),
+        };
+        let mut slots = self.send.lock();
+        let Some(index) = slots.free_index() else {
+            return Err((ENOSPC, buf));
+        };
+        let mut sge = bindings::ib_sge {
+            addr: buf.dma_addr(),
+            length,
+            lkey: self.pd.local_dma_lkey(),
+        };
+        // SAFETY: All-zero is a valid `ib_ud_wr`.
+        let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
+        wr.wr.__bindgen_anon_1.wr_id = self.wr_id(index);
+        wr.wr.sg_list = &mut sge;
+        wr.wr.num_sge = 1;
+        wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+        wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
+        wr.ah = ah.as_raw();
+        wr.remote_qpn = remote_qpn;
+        wr.remote_qkey = remote_qkey;
+        buf.sync_for_device();
+        let mut bad = core::ptr::null();
+        // SAFETY: `qp` is valid; `wr` (a UD request whose first member is the generic one)
+        // and `sge` are valid for the call; the buffer and the address handle stay in the
+        // slot until the send completes.
+        let ret = unsafe { bindings::ib_post_send(self.qp.as_ptr(), &wr.wr, &mut bad) };
+        if let Err(e) = to_result(ret) {
+            buf.sync_for_cpu();
+            return Err((e, buf));
+        }
+        // INVARIANT: the buffer (and route) of the posted request are kept in its slot.
+        slots.entries[index] = Some(SendSlot {
+            buf,
+            _ah: ah.clone(),
+        });
+        Ok(())
+    }
+
+    /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU;
+    /// `None` if `wc` is not a receive completion of this queue pair.
+    pub fn complete_recv(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {
+        let index = self.slot_of(wc)?;
+        // INVARIANT: the device is done with the request `wc` completes.
+        let buf = self.recv.lock().entries.get_mut(index)?.take()?;
+        buf.sync_for_cpu();
+        Some(buf)
+    }
+
+    /// Takes back the buffer of the send that `wc` completes; `None` if `wc` is not a send
+    /// completion of this queue pair.
+    pub fn complete_send(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {
+        let index = self.slot_of(wc)?;
+        // INVARIANT: the device is done with the request `wc` completes.
+        let slot = self.send.lock().entries.get_mut(index)?.take()?;
+        slot.buf.sync_for_cpu();
+        Some(slot.buf)
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for UdQueuePair {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: By the type invariant `qp` is valid and destroyed only here. The device
+        // stops accessing posted buffers, which are freed afterwards with the fields.
+        unsafe { bindings::ib_destroy_qp_user(self.qp.as_ptr(), core::ptr::null_mut()) };
+    }
+}

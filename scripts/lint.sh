@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# House rules of ipoib-rs, checked: rustfmt, and no compiler or clippy warning in our Rust
+# code (driver, kernel/ overlay, test module). Our files are recompiled with CLIPPY=1 so that
+# an incremental build still shows their warnings. Run after scripts/build.sh.
+# Usage: scripts/lint.sh [--fix]   (--fix rewrites the files with rustfmt instead of checking)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+mapfile -t files < <(cd "$REPO" && git ls-files '*.rs' 2>/dev/null || find . -name '*.rs' -not -path './tests/wire/target/*')
+cd "$REPO"
+fmt=(rustfmt --config-path "$REPO/config/rustfmt.toml" --edition 2021)
+if [ "${1:-}" = --fix ]; then
+	"${fmt[@]}" "${files[@]}"
+	exit 0
+fi
+rc=0
+if ! "${fmt[@]}" --check "${files[@]}" >/dev/null 2>&1; then
+	log "rustfmt: these files need formatting (scripts/lint.sh --fix):"
+	"${fmt[@]}" --check -l "${files[@]}" 2>/dev/null | sed 's/^/  /' >&2 || true
+	rc=1
+fi
+
+# Recompile our files in the kernel tree: touching them makes make rebuild just them (and
+# what links them); the build stays incremental.
+drv=$KTREE/drivers/infiniband/ulp/ipoib_rs
+[ -d "$drv" ] || die "no kernel tree: run scripts/build.sh"
+touch "$drv"/*.rs "$drv"/selftest/*.rs "$KTREE"/rust/kernel/rdma.rs "$KTREE"/rust/kernel/rdma/*.rs
+out=$(make -C "$KTREE" O="$KBUILD" LLVM=1 CLIPPY=1 -j"$(($(nproc) + 1))" -s bzImage modules 2>&1) || {
+	echo "$out" | tail -n 30 >&2
+	die "build failed"
+}
+ours='ipoib_rs/|rust/kernel/rdma|rust/helpers/rdma'
+warnings=$(echo "$out" | grep -E -A3 '^(warning|error)' | grep -E "^ *--> .*($ours)" || true)
+if [ -n "$warnings" ]; then
+	log "compiler/clippy warnings in our code:"
+	echo "$out" | grep -E -B1 -A12 '^(warning|error)' >&2
+	rc=1
+fi
+exit $rc

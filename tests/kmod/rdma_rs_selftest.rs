@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Self-test of the Rust RDMA verbs abstractions (`kernel::rdma`), loaded by the kselftest
+//! `one_host_verbs.sh` on the one-host soft-RoCE topology: `rxe0` on 192.0.2.1 and `rxe1` on
+//! 192.0.2.2. Each check prints one KTAP line to the kernel log (`rdma_rs_selftest: ok 1 ...`);
+//! the script turns them into test results.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::{
+    c_str, new_condvar, new_mutex,
+    prelude::*,
+    rdma::{
+        ah::{AddressHandle, AhAttr},
+        cq::{CompletionHandler, CompletionQueue, WcOpcode, WcStatus, WorkCompletion},
+        device::{Device, DeviceRef, Gid},
+        dma::{DmaBuffer, DmaDirection},
+        pd::ProtectionDomain,
+        qp::{QpCaps, UdQueuePair},
+    },
+    sync::{Arc, CondVar, Mutex},
+    time::{ktime_ms_delta, msecs_to_jiffies, Ktime},
+};
+
+module! {
+    type: VerbsSelftest,
+    name: "rdma_rs_selftest",
+    author: "ipoib-rs developers",
+    description: "Self-test of the Rust RDMA verbs abstractions on soft-RoCE",
+    license: "GPL",
+}
+
+const OWNER: &CStr = c_str!("rdma_rs_selftest");
+const PORT: u32 = 1;
+const QKEY: u32 = 0x0b1b;
+/// Space a UD receive buffer keeps for the GRH in front of the payload.
+const GRH_LEN: usize = 40;
+const PAYLOAD_LEN: usize = 200;
+const RECV_LEN: usize = GRH_LEN + 256;
+const RECVS: u32 = 8;
+
+/// Wakes a waiting test when its completion queue has an event.
+#[pin_data]
+struct Waiter {
+    events: AtomicU32,
+    #[pin]
+    lock: Mutex<()>,
+    #[pin]
+    cv: CondVar,
+}
+
+impl CompletionHandler for Waiter {
+    fn completion(&self) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+        self.cv.notify_all();
+    }
+}
+
+/// One side of the test: a UD queue pair with its own send and receive queues.
+struct Endpoint {
+    device: DeviceRef,
+    gid_index: u32,
+    gid: Gid,
+    pd: Arc<ProtectionDomain>,
+    send_cq: Arc<CompletionQueue<Waiter>>,
+    recv_cq: Arc<CompletionQueue<Waiter>>,
+    qp: Pin<KBox<UdQueuePair>>,
+}
+
+fn waiter() -> Result<Arc<Waiter>> {
+    Arc::pin_init(
+        pin_init!(Waiter {
+            events: AtomicU32::new(0),
+            lock <- new_mutex!(()),
+            cv <- new_condvar!(),
+        }),
+        GFP_KERNEL,
+    )
+}
+
+/// The IPv4-mapped RoCE v2 GID of `ip`.
+fn ipv4_gid(ip: [u8; 4]) -> Gid {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&ip);
+    Gid(g)
+}
+
+fn find_gid(device: &Device, gid: &Gid) -> Result<u32> {
+    let len = device.port_attr(PORT)?.gid_table_len();
+    (0..len)
+        .find(|&i| device.query_gid(PORT, i).is_ok_and(|g| g == *gid))
+        .ok_or(ENOENT)
+}
+
+impl Endpoint {
+    fn new(name: &CStr, ip: [u8; 4]) -> Result<Self> {
+        let device = Device::get_by_name(name)?;
+        let gid = ipv4_gid(ip);
+        let gid_index = find_gid(&device, &gid)?;
+        let pd = ProtectionDomain::new(&device, OWNER)?;
+        let send_cq = CompletionQueue::new(&device, 16, 0, waiter()?, OWNER)?;
+        let recv_cq = CompletionQueue::new(&device, RECVS * 2, 0, waiter()?, OWNER)?;
+        let caps = QpCaps {
+            max_send_wr: 8,
+            max_recv_wr: RECVS,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+        };
+        let qp = UdQueuePair::new(&pd, send_cq.clone(), recv_cq.clone(), caps, OWNER)?;
+        qp.ready(PORT, 0, QKEY)?;
+        Ok(Self {
+            device,
+            gid_index,
+            gid,
+            pd,
+            send_cq,
+            recv_cq,
+            qp,
+        })
+    }
+
+    fn post_recvs(&self, n: u32) -> Result {
+        for _ in 0..n {
+            let buf = DmaBuffer::new(&self.device, RECV_LEN, DmaDirection::FromDevice, GFP_KERNEL)?;
+            self.qp.post_recv(buf).map_err(|(e, _)| e)?;
+        }
+        Ok(())
+    }
+
+    fn address_of(&self, peer: &Endpoint) -> Result<Arc<AddressHandle>> {
+        // rxe routes RoCE v2 through the IP stack, which finds the next hop itself.
+        let (dmac, hop_limit) = ([0u8; 6], 64);
+        let sgid_index = u8::try_from(self.gid_index)?;
+        AddressHandle::new(
+            &self.pd,
+            &AhAttr::roce(PORT, sgid_index, &peer.gid, hop_limit, dmac),
+        )
+    }
+
+    fn send(&self, ah: &Arc<AddressHandle>, to: u32, qkey: u32, fill: u8) -> Result {
+        let mut buf = DmaBuffer::new(
+            &self.device,
+            PAYLOAD_LEN,
+            DmaDirection::ToDevice,
+            GFP_KERNEL,
+        )?;
+        for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
+            *b = fill.wrapping_add(i as u8);
+        }
+        self.qp
+            .post_send(buf, PAYLOAD_LEN, ah, to, qkey)
+            .map_err(|(e, _)| e)?;
+        let wc = wait(&self.send_cq, 2000).ok_or(EAGAIN)?;
+        let buf = self.qp.complete_send(&wc).ok_or(EINVAL)?;
+        if wc.status() != WcStatus::Success || buf.len() != PAYLOAD_LEN {
+            return Err(EIO);
+        }
+        Ok(())
+    }
+}
+
+/// Waits up to `ms` milliseconds for one completion on `cq`.
+fn wait(cq: &CompletionQueue<Waiter>, ms: i64) -> Option<WorkCompletion> {
+    let start = Ktime::ktime_get();
+    loop {
+        let mut wc = [WorkCompletion::new()];
+        if cq.poll(&mut wc).ok()? == 1 {
+            let [wc] = wc;
+            return Some(wc);
+        }
+        if cq.request_notify().ok()? {
+            continue;
+        }
+        if ktime_ms_delta(Ktime::ktime_get(), start) > ms {
+            return None;
+        }
+        let w = cq.handler();
+        let mut guard = w.lock.lock();
+        // Woken, timed out or signalled: each case polls again, bounded by the deadline.
+        let _ = w.cv.wait_interruptible_timeout(&mut guard, msecs_to_jiffies(20));
+    }
+}
+
+/// Counts and prints results as KTAP lines.
+struct Report {
+    n: u32,
+    failed: u32,
+}
+
+impl Report {
+    fn check(&mut self, name: &str, result: Result) {
+        self.n += 1;
+        match result {
+            Ok(()) => pr_info!("ok {} {}\n", self.n, name),
+            Err(e) => {
+                self.failed += 1;
+                pr_info!("not ok {} {} # {:?}\n", self.n, name, e);
+            }
+        }
+    }
+}
+
+fn receive_one(rx: &Endpoint, from_qpn: u32, fill: u8) -> Result {
+    let wc = wait(&rx.recv_cq, 2000).ok_or(EAGAIN)?;
+    let buf = rx.qp.complete_recv(&wc).ok_or(EINVAL)?;
+    if wc.status() != WcStatus::Success || wc.opcode() != WcOpcode::Recv {
+        pr_info!(
+            "# receive status {:?} opcode {:?}\n",
+            wc.status(),
+            wc.opcode()
+        );
+        return Err(EIO);
+    }
+    if wc.byte_len() as usize != GRH_LEN + PAYLOAD_LEN || wc.src_qp() != from_qpn {
+        pr_info!(
+            "# received {} bytes from QPN {:#x}\n",
+            wc.byte_len(),
+            wc.src_qp()
+        );
+        return Err(EINVAL);
+    }
+    let payload = &buf.as_slice()[GRH_LEN..GRH_LEN + PAYLOAD_LEN];
+    if payload
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b != fill.wrapping_add(i as u8))
+    {
+        return Err(EINVAL);
+    }
+    rx.post_recvs(1)
+}
+
+fn run(report: &mut Report) -> Result {
+    let a = Endpoint::new(c_str!("rxe0"), [192, 0, 2, 1]);
+    let b = Endpoint::new(c_str!("rxe1"), [192, 0, 2, 2]);
+    report.check(
+        "PD, CQs and a ready UD QP on rxe0 and rxe1",
+        a.as_ref().and(b.as_ref()).map(|_| ()).map_err(|e| *e),
+    );
+    let (a, b) = (a?, b?);
+    report.check("post 8 receive buffers on rxe1", b.post_recvs(RECVS));
+    let ah = a.address_of(&b);
+    report.check(
+        "address handle rxe0 -> rxe1",
+        ah.as_ref().map(|_| ()).map_err(|e| *e),
+    );
+    let ah = ah?;
+
+    report.check(
+        "UD send rxe0 -> rxe1 completes",
+        a.send(&ah, b.qp.qp_num(), QKEY, 7),
+    );
+    report.check(
+        "received with the payload, length and source QPN",
+        receive_one(&b, a.qp.qp_num(), 7),
+    );
+
+    // A datagram with another Q_Key must be dropped by the receiver.
+    let wrong =
+        a.send(&ah, b.qp.qp_num(), QKEY + 1, 9)
+            .and_then(|()| match wait(&b.recv_cq, 500) {
+                None => Ok(()),
+                Some(wc) => {
+                    let _ = b.qp.complete_recv(&wc);
+                    Err(EEXIST)
+                }
+            });
+    report.check("datagram with a wrong Q_Key is not received", wrong);
+    report.check(
+        "next datagram with the right Q_Key is received",
+        a.send(&ah, b.qp.qp_num(), QKEY, 11)
+            .and_then(|()| receive_one(&b, a.qp.qp_num(), 11)),
+    );
+
+    // Moving the receiver to the error state flushes every posted buffer back to us.
+    let flushed = b.qp.set_error().and_then(|()| {
+        let mut n = 0;
+        while let Some(wc) = wait(&b.recv_cq, 500) {
+            if wc.status() != WcStatus::Flushed || b.qp.complete_recv(&wc).is_none() {
+                return Err(EIO);
+            }
+            n += 1;
+        }
+        if n == RECVS {
+            Ok(())
+        } else {
+            pr_info!("# {} of {} buffers flushed\n", n, RECVS);
+            Err(EIO)
+        }
+    });
+    report.check("error state flushes all 8 posted buffers back", flushed);
+
+    // Release in an order other than creation: the queue pair keeps its PD and CQs alive.
+    let Endpoint {
+        pd,
+        send_cq,
+        recv_cq,
+        qp,
+        ..
+    } = b;
+    drop(pd);
+    drop(send_cq);
+    drop(recv_cq);
+    drop(ah);
+    drop(qp);
+    report.check("objects released out of creation order", Ok(()));
+    Ok(())
+}
+
+struct VerbsSelftest;
+
+impl kernel::Module for VerbsSelftest {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        pr_info!("TAP version 13\n");
+        let mut report = Report { n: 0, failed: 0 };
+        if let Err(e) = run(&mut report) {
+            pr_info!("# stopped early: {:?}\n", e);
+        }
+        pr_info!("1..{}\n", report.n);
+        pr_info!("# {} failed\n", report.failed);
+        Ok(Self)
+    }
+}

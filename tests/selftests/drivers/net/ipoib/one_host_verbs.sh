@@ -1,0 +1,30 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# The Rust RDMA verbs abstractions between rxe0 and rxe1: rdma_rs_selftest.ko runs its
+# checks when loaded and logs one KTAP line each; they are reported here as test cases.
+. "$(dirname "$0")/lib.sh"
+
+SELFTEST=rdma_rs_selftest
+
+ktap_print_header
+if ! modinfo "$SELFTEST" >/dev/null 2>&1; then
+	ktap_skip_all "module $SELFTEST not built (CONFIG_INFINIBAND_IPOIB_RS_VERBS_SELFTEST)"
+	exit "$KSFT_SKIP"
+fi
+one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
+
+klog_mark
+modprobe "$SELFTEST" || ktap_exit_fail_msg "modprobe $SELFTEST failed"
+results=$(klog_since | sed -n "s/^.*$SELFTEST: //p")
+cases=$(echo "$results" | grep -cE '^(not )?ok [0-9]+ ')
+ktap_set_plan $((cases + 2))
+while IFS= read -r line; do
+	case "$line" in
+	"ok "*) d=${line#ok }; ktap_test_pass "${d#* }" ;;
+	"not ok "*) d=${line#not ok }; ktap_test_fail "${d#* }" ;;
+	"# "*) ktap_print_msg "${line#\# }" ;;
+	esac
+done <<<"$results"
+ipoib_check "$SELFTEST reported all its checks" eval "echo \"\$results\" | grep -qx \"1..$cases\" && [ $cases -ge 8 ]"
+ipoib_check "$SELFTEST unloads, kernel log clean" eval 'rmmod "$SELFTEST" && klog_clean_since'
+ktap_finished
