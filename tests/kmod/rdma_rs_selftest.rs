@@ -178,7 +178,8 @@ fn wait(cq: &CompletionQueue<Waiter>, ms: i64) -> Option<WorkCompletion> {
         let w = cq.handler();
         let mut guard = w.lock.lock();
         // Woken, timed out or signalled: each case polls again, bounded by the deadline.
-        let _ = w.cv.wait_interruptible_timeout(&mut guard, msecs_to_jiffies(20));
+        let _ =
+            w.cv.wait_interruptible_timeout(&mut guard, msecs_to_jiffies(20));
     }
 }
 

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: GPL-2.0
+
+#include <linux/netdevice.h>
+#include <linux/skbuff.h>
+
+void *rust_helper_netdev_priv(const struct net_device *dev)
+{
+	return netdev_priv(dev);
+}
+
+void rust_helper_netif_start_queue(struct net_device *dev)
+{
+	netif_start_queue(dev);
+}
+
+void rust_helper_netif_stop_queue(struct net_device *dev)
+{
+	netif_stop_queue(dev);
+}
+
+void rust_helper_netif_wake_queue(struct net_device *dev)
+{
+	netif_wake_queue(dev);
+}
+
+bool rust_helper_netif_queue_stopped(const struct net_device *dev)
+{
+	return netif_queue_stopped(dev);
+}
+
+void rust_helper_dev_addr_set(struct net_device *dev, const u8 *addr)
+{
+	dev_addr_set(dev, addr);
+}
+
+unsigned int rust_helper_skb_headroom(const struct sk_buff *skb)
+{
+	return skb_headroom(skb);
+}
+
+int rust_helper_skb_tailroom(const struct sk_buff *skb)
+{
+	return skb_tailroom(skb);
+}
+
+unsigned int rust_helper_skb_headlen(const struct sk_buff *skb)
+{
+	return skb_headlen(skb);
+}
+
+void rust_helper_skb_reserve(struct sk_buff *skb, int len)
+{
+	skb_reserve(skb, len);
+}
+
+void rust_helper_dev_kfree_skb_any(struct sk_buff *skb)
+{
+	dev_kfree_skb_any(skb);
+}
+
+int rust_helper_skb_cloned(const struct sk_buff *skb)
+{
+	return skb_cloned(skb);
+}
+
+int rust_helper_skb_cow(struct sk_buff *skb, unsigned int headroom)
+{
+	return skb_cow(skb, headroom);
+}
+
+int rust_helper_skb_cow_head(struct sk_buff *skb, unsigned int headroom)
+{
+	return skb_cow_head(skb, headroom);
+}

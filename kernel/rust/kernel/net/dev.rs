@@ -1,0 +1,460 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Network devices.
+//!
+//! C header: [`include/linux/netdevice.h`](srctree/include/linux/netdevice.h).
+
+use super::skb::SkBuff;
+use crate::{
+    bindings, build_error,
+    error::{code::EINVAL, code::ENOMEM, from_result, to_result, Result},
+    ffi::{c_int, c_void},
+    prelude::*,
+    str::CStr,
+    types::{ForeignOwnable, Opaque},
+};
+use core::{marker::PhantomData, ptr::NonNull};
+
+/// A network device (`struct net_device`).
+///
+/// # Invariants
+///
+/// A `&NetDevice` refers to a valid, allocated `struct net_device` for the lifetime of the
+/// reference.
+#[repr(transparent)]
+pub struct NetDevice(Opaque<bindings::net_device>);
+
+// SAFETY: The networking core itself uses devices from any thread; the methods below only
+// call functions that are safe to call concurrently or read fields set up before
+// registration.
+unsafe impl Sync for NetDevice {}
+// SAFETY: See above.
+unsafe impl Send for NetDevice {}
+
+impl NetDevice {
+    /// # Safety
+    ///
+    /// `ptr` must point to a valid `struct net_device` that stays valid for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::net_device) -> &'a Self {
+        // SAFETY: `NetDevice` is `repr(transparent)` over the C struct; validity is the
+        // caller's guarantee.
+        unsafe { &*ptr.cast() }
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::net_device {
+        self.0.get()
+    }
+
+    /// The interface name, e.g. `ib0`.
+    pub fn name(&self) -> &CStr {
+        // SAFETY: `name` is a NUL-terminated array inside the valid device; the core changes it
+        // only under RTNL with the device down, as the C drivers that print it assume.
+        unsafe { CStr::from_char_ptr((*self.as_raw()).name.as_ptr()) }
+    }
+
+    /// The current MTU.
+    pub fn mtu(&self) -> u32 {
+        // SAFETY: The device is valid; `mtu` is an aligned word, read as `READ_ONCE` does.
+        unsafe { core::ptr::read_volatile(&(*self.as_raw()).mtu) }
+    }
+
+    /// The hardware address (`dev_addr`), `addr_len` bytes.
+    pub fn dev_addr(&self) -> &[u8] {
+        // SAFETY: The device is valid; `dev_addr` points to `addr_len` bytes owned by the
+        // device, replaced only under RTNL.
+        unsafe {
+            let dev = self.as_raw();
+            core::slice::from_raw_parts((*dev).dev_addr, usize::from((*dev).addr_len))
+        }
+    }
+
+    /// Tells the stack the link is up.
+    pub fn carrier_on(&self) {
+        // SAFETY: The device is valid; callable from any context.
+        unsafe { bindings::netif_carrier_on(self.as_raw()) };
+    }
+
+    /// Tells the stack the link is down.
+    pub fn carrier_off(&self) {
+        // SAFETY: The device is valid; callable from any context.
+        unsafe { bindings::netif_carrier_off(self.as_raw()) };
+    }
+
+    /// Lets the stack transmit (from `open`).
+    pub fn start_queue(&self) {
+        // SAFETY: The device is valid.
+        unsafe { bindings::netif_start_queue(self.as_raw()) };
+    }
+
+    /// Stops transmission, e.g. when the send ring is full.
+    pub fn stop_queue(&self) {
+        // SAFETY: The device is valid.
+        unsafe { bindings::netif_stop_queue(self.as_raw()) };
+    }
+
+    /// Resumes transmission stopped with [`NetDevice::stop_queue`].
+    pub fn wake_queue(&self) {
+        // SAFETY: The device is valid.
+        unsafe { bindings::netif_wake_queue(self.as_raw()) };
+    }
+
+    /// Whether transmission is stopped.
+    pub fn queue_stopped(&self) -> bool {
+        // SAFETY: The device is valid.
+        unsafe { bindings::netif_queue_stopped(self.as_raw()) }
+    }
+
+    /// Hands a received packet to the stack (from any context; queued to the backlog).
+    pub fn rx(&self, mut skb: SkBuff) {
+        skb.set_dev(self);
+        // SAFETY: `skb` is owned and valid; `netif_rx` takes ownership whatever it returns.
+        unsafe { bindings::netif_rx(skb.into_raw()) };
+    }
+}
+
+/// The device being set up before registration (`setup` callback of `alloc_netdev`): the
+/// only place where its type, sizes and flags are written.
+#[repr(transparent)]
+pub struct Setup(NetDevice);
+
+impl Setup {
+    fn raw(&mut self) -> *mut bindings::net_device {
+        self.0.as_raw()
+    }
+
+    /// The hardware type (`ARPHRD_*`).
+    pub fn set_type(&mut self, ty: u16) {
+        // SAFETY: The device is being set up by us alone.
+        unsafe { (*self.raw()).type_ = ty };
+    }
+
+    /// Room the stack reserves in front of packets for the link-layer header.
+    pub fn set_hard_header_len(&mut self, len: u16) {
+        // SAFETY: The device is being set up by us alone.
+        unsafe { (*self.raw()).hard_header_len = len };
+    }
+
+    /// The length of hardware addresses; at most 32 (`MAX_ADDR_LEN`).
+    pub fn set_addr_len(&mut self, len: u8) -> Result {
+        if usize::from(len) > bindings::MAX_ADDR_LEN as usize {
+            return Err(EINVAL);
+        }
+        // SAFETY: The device is being set up by us alone.
+        unsafe { (*self.raw()).addr_len = len };
+        Ok(())
+    }
+
+    /// The initial MTU and the range user space may set.
+    pub fn set_mtu(&mut self, mtu: u32, min: u32, max: u32) -> Result {
+        if !(min <= mtu && mtu <= max) {
+            return Err(EINVAL);
+        }
+        let dev = self.raw();
+        // SAFETY: The device is being set up by us alone.
+        unsafe {
+            (*dev).mtu = mtu;
+            (*dev).min_mtu = min;
+            (*dev).max_mtu = max;
+        }
+        Ok(())
+    }
+
+    /// Interface flags (`IFF_*`).
+    pub fn set_flags(&mut self, flags: u32) {
+        // SAFETY: The device is being set up by us alone.
+        unsafe { (*self.raw()).flags = flags };
+    }
+
+    /// Length of the transmit queue in packets.
+    pub fn set_tx_queue_len(&mut self, len: u32) {
+        // SAFETY: The device is being set up by us alone.
+        unsafe { (*self.raw()).tx_queue_len = len };
+    }
+
+    /// The broadcast address (`addr_len` bytes at most 32).
+    pub fn set_broadcast(&mut self, addr: &[u8]) -> Result {
+        let dev = self.raw();
+        // SAFETY: The device is being set up by us alone.
+        let bcast = unsafe { &mut (*dev).broadcast };
+        bcast.get_mut(..addr.len()).ok_or(EINVAL)?.copy_from_slice(addr);
+        Ok(())
+    }
+}
+
+/// Counters reported to user space (`struct rtnl_link_stats64`).
+#[repr(transparent)]
+pub struct Stats64(bindings::rtnl_link_stats64);
+
+impl Stats64 {
+    /// Packets and bytes received.
+    pub fn set_rx(&mut self, packets: u64, bytes: u64) {
+        self.0.rx_packets = packets;
+        self.0.rx_bytes = bytes;
+    }
+
+    /// Packets and bytes sent.
+    pub fn set_tx(&mut self, packets: u64, bytes: u64) {
+        self.0.tx_packets = packets;
+        self.0.tx_bytes = bytes;
+    }
+
+    /// Receive errors and drops.
+    pub fn set_rx_errors(&mut self, errors: u64, dropped: u64) {
+        self.0.rx_errors = errors;
+        self.0.rx_dropped = dropped;
+    }
+
+    /// Transmit errors and drops.
+    pub fn set_tx_errors(&mut self, errors: u64, dropped: u64) {
+        self.0.tx_errors = errors;
+        self.0.tx_dropped = dropped;
+    }
+}
+
+/// What `start_xmit` did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxResult {
+    /// The packet was taken (sent, queued or dropped and counted).
+    Ok,
+}
+
+/// Operations of a network device (`struct net_device_ops`) and its set-up.
+#[vtable]
+pub trait Operations: Sized + 'static {
+    /// Per-device driver data, reachable from every callback.
+    type Data: ForeignOwnable + Send + Sync;
+
+    /// Sets the device's type, sizes and flags before registration.
+    fn setup(dev: &mut Setup);
+
+    /// The interface is brought up.
+    fn open(dev: &NetDevice, data: <Self::Data as ForeignOwnable>::Borrowed<'_>) -> Result;
+
+    /// The interface is brought down.
+    fn stop(dev: &NetDevice, data: <Self::Data as ForeignOwnable>::Borrowed<'_>) -> Result;
+
+    /// Transmits `skb`, which the driver now owns.
+    fn start_xmit(
+        skb: SkBuff,
+        dev: &NetDevice,
+        data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+    ) -> TxResult;
+
+    /// Checks a new MTU (already within the device's range); the core sets it on `Ok`.
+    fn change_mtu(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _new_mtu: u32,
+    ) -> Result {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Fills the interface counters.
+    fn get_stats64(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _stats: &mut Stats64,
+    ) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+}
+
+struct Adapter<T: Operations>(PhantomData<T>);
+
+impl<T: Operations> Adapter<T> {
+    const OPS: bindings::net_device_ops = bindings::net_device_ops {
+        ndo_open: Some(Self::open_callback),
+        ndo_stop: Some(Self::stop_callback),
+        ndo_start_xmit: Some(Self::start_xmit_callback),
+        ndo_change_mtu: if T::HAS_CHANGE_MTU {
+            Some(Self::change_mtu_callback)
+        } else {
+            None
+        },
+        ndo_get_stats64: if T::HAS_GET_STATS64 {
+            Some(Self::get_stats64_callback)
+        } else {
+            None
+        },
+        // SAFETY: The other members are optional callbacks and integers; zero is `None`/0.
+        ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
+    };
+
+    /// # Safety
+    ///
+    /// `dev` must be a device registered by [`Registration::<T>::new`].
+    unsafe fn data<'a>(dev: *mut bindings::net_device) -> <T::Data as ForeignOwnable>::Borrowed<'a> {
+        // SAFETY: The private area of such a device holds the data pointer, set before
+        // registration and released only after unregistration.
+        unsafe { T::Data::borrow(*bindings::netdev_priv(dev).cast::<*const c_void>()) }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the networking core only, for a device registered by [`Registration`].
+    unsafe extern "C" fn open_callback(dev: *mut bindings::net_device) -> c_int {
+        from_result(|| {
+            // SAFETY: The core passes a valid registered device of ours.
+            let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+            T::open(ndev, data)?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// As for `open_callback`.
+    unsafe extern "C" fn stop_callback(dev: *mut bindings::net_device) -> c_int {
+        from_result(|| {
+            // SAFETY: The core passes a valid registered device of ours.
+            let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+            T::stop(ndev, data)?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// As for `open_callback`; `skb` is a valid skb the core hands over.
+    unsafe extern "C" fn start_xmit_callback(
+        skb: *mut bindings::sk_buff,
+        dev: *mut bindings::net_device,
+    ) -> bindings::netdev_tx_t {
+        // SAFETY: The core passes a valid registered device of ours and gives up `skb`.
+        let (ndev, data, skb) =
+            unsafe { (NetDevice::from_raw(dev), Self::data(dev), SkBuff::from_raw(skb)) };
+        match T::start_xmit(skb, ndev, data) {
+            TxResult::Ok => bindings::netdev_tx_NETDEV_TX_OK,
+        }
+    }
+
+    /// # Safety
+    ///
+    /// As for `open_callback`; called under RTNL.
+    unsafe extern "C" fn change_mtu_callback(dev: *mut bindings::net_device, new_mtu: c_int) -> c_int {
+        from_result(|| {
+            // SAFETY: The core passes a valid registered device of ours.
+            let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+            let mtu = u32::try_from(new_mtu).map_err(|_| EINVAL)?;
+            T::change_mtu(ndev, data, mtu)?;
+            // SAFETY: Under RTNL the MTU is ours to write (as `WRITE_ONCE` in C).
+            unsafe { core::ptr::write_volatile(&mut (*dev).mtu, mtu) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// As for `open_callback`; `stats` is valid for writes.
+    unsafe extern "C" fn get_stats64_callback(
+        dev: *mut bindings::net_device,
+        stats: *mut bindings::rtnl_link_stats64,
+    ) {
+        // SAFETY: The core passes a valid registered device of ours and a writable, zeroed
+        // counter block; `Stats64` is `repr(transparent)` over it.
+        let (ndev, data, stats) = unsafe {
+            (
+                NetDevice::from_raw(dev),
+                Self::data(dev),
+                &mut *stats.cast::<Stats64>(),
+            )
+        };
+        T::get_stats64(ndev, data, stats);
+    }
+
+    /// # Safety
+    ///
+    /// Called by `alloc_netdev_mqs` only, on the device it is allocating.
+    unsafe extern "C" fn setup_callback(dev: *mut bindings::net_device) {
+        // SAFETY: The device is valid and not yet visible to anyone but us; `Setup` is
+        // `repr(transparent)` over `NetDevice`.
+        let setup = unsafe { &mut *dev.cast::<Setup>() };
+        T::setup(setup);
+    }
+}
+
+/// A registered network device with driver data `T::Data`; unregistered and freed on drop.
+///
+/// # Invariants
+///
+/// `dev` was allocated by `alloc_netdev_mqs` with `T`'s set-up, holds the foreign
+/// representation of a `T::Data` in its private area, and is registered.
+pub struct Registration<T: Operations> {
+    dev: NonNull<bindings::net_device>,
+    _ops: PhantomData<T>,
+}
+
+// SAFETY: The registration may be dropped from any thread in process context.
+unsafe impl<T: Operations> Send for Registration<T> {}
+// SAFETY: Shared access only gives `&NetDevice`, which is `Sync`.
+unsafe impl<T: Operations> Sync for Registration<T> {}
+
+impl<T: Operations> Registration<T> {
+    /// Allocates a device named after `name` (`ib%d` picks the first free number), sets it up
+    /// with [`Operations::setup`] and `hw_addr`, and registers it with `data`.
+    pub fn new(name: &CStr, hw_addr: &[u8], data: T::Data) -> Result<Self> {
+        let size = core::mem::size_of::<*const c_void>() as c_int;
+        // SAFETY: `name` is NUL-terminated; the setup callback is ours; one queue each way.
+        let dev = unsafe {
+            bindings::alloc_netdev_mqs(
+                size,
+                name.as_char_ptr(),
+                bindings::NET_NAME_ENUM as u8,
+                Some(Adapter::<T>::setup_callback),
+                1,
+                1,
+            )
+        };
+        let dev = NonNull::new(dev).ok_or(ENOMEM)?;
+        let raw = dev.as_ptr();
+        // SAFETY: `raw` is valid and unregistered; `addr_len` was set up by `T::setup`.
+        let addr_len = usize::from(unsafe { (*raw).addr_len });
+        if hw_addr.len() != addr_len {
+            // SAFETY: Allocated above, never registered.
+            unsafe { bindings::free_netdev(raw) };
+            return Err(EINVAL);
+        }
+        // SAFETY: `raw` is valid and unregistered: we are its only user. The private area
+        // is pointer-sized (allocated so above); `hw_addr` has `addr_len` bytes.
+        unsafe {
+            bindings::dev_addr_set(raw, hw_addr.as_ptr());
+            (*raw).netdev_ops = &Adapter::<T>::OPS;
+            *bindings::netdev_priv(raw).cast::<*const c_void>() = data.into_foreign();
+        }
+        // SAFETY: The device is fully set up.
+        if let Err(e) = to_result(unsafe { bindings::register_netdev(raw) }) {
+            // SAFETY: Registration failed, so no callback runs; the data pointer was stored
+            // above and is taken back once; then the device is freed.
+            unsafe {
+                drop(T::Data::from_foreign(*bindings::netdev_priv(raw).cast::<*const c_void>()));
+                bindings::free_netdev(raw);
+            }
+            return Err(e);
+        }
+        // INVARIANT: allocated, set up, holding the data, registered.
+        Ok(Self {
+            dev,
+            _ops: PhantomData,
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &NetDevice {
+        // SAFETY: By the type invariant the device is valid while registered.
+        unsafe { NetDevice::from_raw(self.dev.as_ptr()) }
+    }
+}
+
+impl<T: Operations> Drop for Registration<T> {
+    fn drop(&mut self) {
+        let raw = self.dev.as_ptr();
+        // SAFETY: By the type invariant the device is registered; after `unregister_netdev`
+        // returns no callback runs any more, so the data can be taken back and the device
+        // freed.
+        unsafe {
+            bindings::unregister_netdev(raw);
+            drop(T::Data::from_foreign(*bindings::netdev_priv(raw).cast::<*const c_void>()));
+            bindings::free_netdev(raw);
+        }
+    }
+}

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Socket buffers.
+//!
+//! C header: [`include/linux/skbuff.h`](srctree/include/linux/skbuff.h).
+
+use super::dev::NetDevice;
+use crate::{
+    alloc::Flags,
+    bindings,
+    error::{code::EINVAL, code::ENOMEM, to_result, Result},
+};
+use core::ptr::NonNull;
+
+/// An owned socket buffer (`struct sk_buff`).
+///
+/// Exactly one owner frees it: dropping it frees it as a drop (`dev_kfree_skb_any`, counted
+/// by drop monitors), [`SkBuff::consume`] frees it as consumed, and handing it to the stack
+/// ([`NetDevice::rx`]) or taking it from the stack passes ownership along.
+///
+/// # Invariants
+///
+/// `0` points to a valid `struct sk_buff` that this object owns exclusively.
+pub struct SkBuff(NonNull<bindings::sk_buff>);
+
+// SAFETY: An owned skb may be moved between threads; the stack does so all the time.
+unsafe impl Send for SkBuff {}
+
+impl SkBuff {
+    /// Takes ownership of a raw skb.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be a valid skb whose ownership the caller gives up.
+    pub(crate) unsafe fn from_raw(ptr: *mut bindings::sk_buff) -> Self {
+        // SAFETY: The caller guarantees `ptr` is valid, hence non-null.
+        Self(unsafe { NonNull::new_unchecked(ptr) })
+    }
+
+    /// Gives up ownership and returns the raw skb.
+    pub(crate) fn into_raw(self) -> *mut bindings::sk_buff {
+        let ptr = self.0.as_ptr();
+        core::mem::forget(self);
+        ptr
+    }
+
+    fn raw(&self) -> *mut bindings::sk_buff {
+        self.0.as_ptr()
+    }
+
+    /// Allocates an skb for receiving on `dev` with `len` bytes of room (and the usual
+    /// headroom).
+    pub fn alloc(dev: &NetDevice, len: u32, flags: Flags) -> Result<Self> {
+        // SAFETY: `dev` is valid.
+        let skb = unsafe { bindings::__netdev_alloc_skb(dev.as_raw(), len, flags.as_raw()) };
+        // INVARIANT: a new skb is owned by its allocator.
+        Ok(Self(NonNull::new(skb).ok_or(ENOMEM)?))
+    }
+
+    /// Total length of the data, linear part and fragments.
+    pub fn len(&self) -> u32 {
+        // SAFETY: By the type invariant the skb is valid.
+        unsafe { (*self.raw()).len }
+    }
+
+    /// Whether the skb carries no data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Length of the linear part.
+    pub fn headlen(&self) -> u32 {
+        // SAFETY: By the type invariant the skb is valid.
+        unsafe { bindings::skb_headlen(self.raw()) }
+    }
+
+    /// Free space in front of the data.
+    pub fn headroom(&self) -> u32 {
+        // SAFETY: By the type invariant the skb is valid.
+        unsafe { bindings::skb_headroom(self.raw()) }
+    }
+
+    /// Free space after the linear data.
+    pub fn tailroom(&self) -> u32 {
+        // SAFETY: By the type invariant the skb is valid.
+        u32::try_from(unsafe { bindings::skb_tailroom(self.raw()) }).unwrap_or(0)
+    }
+
+    /// The linear part of the data.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: `data` points to `headlen()` initialised bytes owned by this skb, which we
+        // own exclusively for the lifetime of the borrow.
+        unsafe { core::slice::from_raw_parts((*self.raw()).data, self.headlen() as usize) }
+    }
+
+    /// The linear part of the data, writable. Data shared with clones is copied first, so
+    /// this may fail with `ENOMEM`.
+    pub fn data_mut(&mut self) -> Result<&mut [u8]> {
+        // SAFETY: The skb is valid; `skb_cow` makes its linear data private to it.
+        to_result(unsafe { bindings::skb_cow(self.raw(), 0) })?;
+        // SAFETY: `data` points to `headlen()` initialised bytes that only this skb uses now
+        // (unshared above), and the borrow is exclusive.
+        Ok(unsafe {
+            core::slice::from_raw_parts_mut((*self.raw()).data, self.headlen() as usize)
+        })
+    }
+
+    fn is_cloned(&self) -> bool {
+        // SAFETY: By the type invariant the skb is valid.
+        unsafe { bindings::skb_cloned(self.raw()) != 0 }
+    }
+
+    /// Appends `len` bytes at the tail and returns them; `EINVAL` without tailroom or when
+    /// the data is shared with a clone.
+    pub fn put(&mut self, len: u32) -> Result<&mut [u8]> {
+        if len > self.tailroom() || self.is_cloned() {
+            return Err(EINVAL);
+        }
+        // SAFETY: The skb is valid and has `len` bytes of tailroom (checked above).
+        let p = unsafe { bindings::skb_put(self.raw(), len) };
+        // SAFETY: `skb_put` returned the start of the `len` new bytes, now part of the data.
+        Ok(unsafe { core::slice::from_raw_parts_mut(p.cast(), len as usize) })
+    }
+
+    /// Prepends `len` bytes and returns them. A header shared with clones, or too little
+    /// headroom, is reallocated first, so this may fail with `ENOMEM`.
+    pub fn push(&mut self, len: u32) -> Result<&mut [u8]> {
+        // SAFETY: The skb is valid; `skb_cow_head` gives it a private header with `len` bytes
+        // of headroom.
+        to_result(unsafe { bindings::skb_cow_head(self.raw(), len) })?;
+        // SAFETY: The skb is valid and has `len` bytes of private headroom (ensured above).
+        let p = unsafe { bindings::skb_push(self.raw(), len) };
+        // SAFETY: `skb_push` returned the start of the `len` new bytes.
+        Ok(unsafe { core::slice::from_raw_parts_mut(p.cast(), len as usize) })
+    }
+
+    /// Removes `len` bytes from the front of the linear part; `EINVAL` if it is shorter.
+    pub fn pull(&mut self, len: u32) -> Result {
+        if len > self.headlen() {
+            return Err(EINVAL);
+        }
+        // SAFETY: The skb is valid and its linear part holds at least `len` bytes.
+        unsafe { bindings::skb_pull(self.raw(), len) };
+        Ok(())
+    }
+
+    /// Reserves `len` bytes of headroom in an empty skb; `EINVAL` if it has data or too
+    /// little room.
+    pub fn reserve(&mut self, len: u32) -> Result {
+        if !self.is_empty() || len > self.tailroom() {
+            return Err(EINVAL);
+        }
+        // SAFETY: The skb is valid, empty, and has room for `len` bytes.
+        unsafe { bindings::skb_reserve(self.raw(), len as i32) };
+        Ok(())
+    }
+
+    /// The protocol of the payload (an ethertype, host order).
+    pub fn protocol(&self) -> u16 {
+        // SAFETY: By the type invariant the skb is valid; `protocol` sits in the `headers`
+        // struct group, whose anonymous view bindgen names `__bindgen_anon_4.__bindgen_anon_1`.
+        u16::from_be(unsafe { (*self.raw()).__bindgen_anon_4.__bindgen_anon_1.as_ref().protocol })
+    }
+
+    /// Sets the protocol of the payload (an ethertype, host order).
+    pub fn set_protocol(&mut self, ethertype: u16) {
+        // SAFETY: By the type invariant the skb is valid and owned by us; see `protocol`.
+        unsafe { (*self.raw()).__bindgen_anon_4.__bindgen_anon_1.as_mut().protocol = ethertype.to_be() };
+    }
+
+    /// Sets the device the packet arrived on.
+    pub(crate) fn set_dev(&mut self, dev: &super::dev::NetDevice) {
+        // SAFETY: By the type invariant the skb is valid and owned by us; `dev` sits in the
+        // first union of `struct sk_buff` (next/prev/dev), unused while we own the skb alone.
+        unsafe { (*self.raw()).__bindgen_anon_1.__bindgen_anon_1.__bindgen_anon_1.dev = dev.as_raw() };
+    }
+
+    /// Frees the skb as successfully consumed (not counted as a drop).
+    pub fn consume(self) {
+        // SAFETY: We own the skb; ownership ends here.
+        unsafe { bindings::consume_skb(self.into_raw()) };
+    }
+}
+
+impl Drop for SkBuff {
+    fn drop(&mut self) {
+        // SAFETY: We own the skb. This variant is safe in any context.
+        unsafe { bindings::dev_kfree_skb_any(self.raw()) };
+    }
+}

@@ -1,0 +1,51 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# The Rust net_device abstractions, through the test device of net_rs_selftest.ko:
+# registration, set-up values, open/stop, transmit with skb push/pull, counters, MTU checks,
+# unregistration while up.
+. "$(dirname "$0")/lib.sh"
+
+SELFTEST=net_rs_selftest
+DEV=rsnettest0
+
+ktap_print_header
+if ! modinfo "$SELFTEST" >/dev/null 2>&1; then
+	ktap_skip_all "module $SELFTEST not built (CONFIG_INFINIBAND_IPOIB_RS_VERBS_SELFTEST)"
+	exit "$KSFT_SKIP"
+fi
+ktap_set_plan 8
+klog_mark
+start_mark=$KLOG_MARK
+
+ipoib_check "modprobe $SELFTEST registers $DEV" eval 'modprobe "$SELFTEST" && [ -d /sys/class/net/$DEV ]'
+attrs() {
+	[ "$(cat /sys/class/net/$DEV/type)" = 65534 ] && [ "$(cat /sys/class/net/$DEV/mtu)" = 1500 ] &&
+		ip -d link show "$DEV" | grep -q "minmtu 68 maxmtu 9000" &&
+		ip link show "$DEV" | grep -q "POINTOPOINT,NOARP"
+}
+ipoib_check "set-up values visible (type, MTU range, flags)" attrs
+klog_mark
+ipoib_check "link up calls open" eval 'ip link set "$DEV" up && klog_since | grep -q "$DEV: open"'
+
+transmit() {
+	ip addr add 198.51.100.1 peer 198.51.100.2/32 dev "$DEV" || return 1
+	local before after
+	before=$(cat /sys/class/net/$DEV/statistics/tx_packets)
+	ping -c 5 -i 0.2 -W 1 -s 100 198.51.100.2 >/dev/null 2>&1
+	after=$(cat /sys/class/net/$DEV/statistics/tx_packets)
+	echo "tx_packets $before -> $after, tx_bytes $(cat /sys/class/net/$DEV/statistics/tx_bytes)"
+	[ $((after - before)) -eq 5 ] && [ "$(cat /sys/class/net/$DEV/statistics/tx_dropped)" = 0 ]
+}
+ipoib_check "5 pings transmitted and counted, none dropped" transmit
+ipoib_check "MTU 4000 accepted" eval 'ip link set "$DEV" mtu 4000 && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]'
+mtu_refused() {
+	! ip link set "$DEV" mtu 4001 2>/dev/null && ! ip link set "$DEV" mtu 9002 2>/dev/null &&
+		! ip link set "$DEV" mtu 60 2>/dev/null && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]
+}
+ipoib_check "odd, too large and too small MTUs refused" mtu_refused
+klog_mark
+ipoib_check "rmmod while up: stop called, device gone" \
+	eval 'rmmod "$SELFTEST" && klog_since | grep -q "$DEV: stop" && ! [ -e /sys/class/net/$DEV ]'
+KLOG_MARK=$start_mark
+ipoib_check "kernel log clean" klog_clean_since
+ktap_finished
