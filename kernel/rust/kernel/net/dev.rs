@@ -176,7 +176,10 @@ impl Setup {
         let dev = self.raw();
         // SAFETY: The device is being set up by us alone.
         let bcast = unsafe { &mut (*dev).broadcast };
-        bcast.get_mut(..addr.len()).ok_or(EINVAL)?.copy_from_slice(addr);
+        bcast
+            .get_mut(..addr.len())
+            .ok_or(EINVAL)?
+            .copy_from_slice(addr);
         Ok(())
     }
 }
@@ -283,7 +286,9 @@ impl<T: Operations> Adapter<T> {
     /// # Safety
     ///
     /// `dev` must be a device registered by [`Registration::<T>::new`].
-    unsafe fn data<'a>(dev: *mut bindings::net_device) -> <T::Data as ForeignOwnable>::Borrowed<'a> {
+    unsafe fn data<'a>(
+        dev: *mut bindings::net_device,
+    ) -> <T::Data as ForeignOwnable>::Borrowed<'a> {
         // SAFETY: The private area of such a device holds the data pointer, set before
         // registration and released only after unregistration.
         unsafe { T::Data::borrow(*bindings::netdev_priv(dev).cast::<*const c_void>()) }
@@ -321,8 +326,13 @@ impl<T: Operations> Adapter<T> {
         dev: *mut bindings::net_device,
     ) -> bindings::netdev_tx_t {
         // SAFETY: The core passes a valid registered device of ours and gives up `skb`.
-        let (ndev, data, skb) =
-            unsafe { (NetDevice::from_raw(dev), Self::data(dev), SkBuff::from_raw(skb)) };
+        let (ndev, data, skb) = unsafe {
+            (
+                NetDevice::from_raw(dev),
+                Self::data(dev),
+                SkBuff::from_raw(skb),
+            )
+        };
         match T::start_xmit(skb, ndev, data) {
             TxResult::Ok => bindings::netdev_tx_NETDEV_TX_OK,
         }
@@ -331,7 +341,10 @@ impl<T: Operations> Adapter<T> {
     /// # Safety
     ///
     /// As for `open_callback`; called under RTNL.
-    unsafe extern "C" fn change_mtu_callback(dev: *mut bindings::net_device, new_mtu: c_int) -> c_int {
+    unsafe extern "C" fn change_mtu_callback(
+        dev: *mut bindings::net_device,
+        new_mtu: c_int,
+    ) -> c_int {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
             let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
@@ -426,7 +439,9 @@ impl<T: Operations> Registration<T> {
             // SAFETY: Registration failed, so no callback runs; the data pointer was stored
             // above and is taken back once; then the device is freed.
             unsafe {
-                drop(T::Data::from_foreign(*bindings::netdev_priv(raw).cast::<*const c_void>()));
+                drop(T::Data::from_foreign(
+                    *bindings::netdev_priv(raw).cast::<*const c_void>(),
+                ));
                 bindings::free_netdev(raw);
             }
             return Err(e);
@@ -453,7 +468,9 @@ impl<T: Operations> Drop for Registration<T> {
         // freed.
         unsafe {
             bindings::unregister_netdev(raw);
-            drop(T::Data::from_foreign(*bindings::netdev_priv(raw).cast::<*const c_void>()));
+            drop(T::Data::from_foreign(
+                *bindings::netdev_priv(raw).cast::<*const c_void>(),
+            ));
             bindings::free_netdev(raw);
         }
     }

@@ -100,9 +100,7 @@ impl SkBuff {
         to_result(unsafe { bindings::skb_cow(self.raw(), 0) })?;
         // SAFETY: `data` points to `headlen()` initialised bytes that only this skb uses now
         // (unshared above), and the borrow is exclusive.
-        Ok(unsafe {
-            core::slice::from_raw_parts_mut((*self.raw()).data, self.headlen() as usize)
-        })
+        Ok(unsafe { core::slice::from_raw_parts_mut((*self.raw()).data, self.headlen() as usize) })
     }
 
     fn is_cloned(&self) -> bool {
@@ -159,20 +157,38 @@ impl SkBuff {
     pub fn protocol(&self) -> u16 {
         // SAFETY: By the type invariant the skb is valid; `protocol` sits in the `headers`
         // struct group, whose anonymous view bindgen names `__bindgen_anon_4.__bindgen_anon_1`.
-        u16::from_be(unsafe { (*self.raw()).__bindgen_anon_4.__bindgen_anon_1.as_ref().protocol })
+        u16::from_be(unsafe {
+            (*self.raw())
+                .__bindgen_anon_4
+                .__bindgen_anon_1
+                .as_ref()
+                .protocol
+        })
     }
 
     /// Sets the protocol of the payload (an ethertype, host order).
     pub fn set_protocol(&mut self, ethertype: u16) {
         // SAFETY: By the type invariant the skb is valid and owned by us; see `protocol`.
-        unsafe { (*self.raw()).__bindgen_anon_4.__bindgen_anon_1.as_mut().protocol = ethertype.to_be() };
+        unsafe {
+            (*self.raw())
+                .__bindgen_anon_4
+                .__bindgen_anon_1
+                .as_mut()
+                .protocol = ethertype.to_be()
+        };
     }
 
     /// Sets the device the packet arrived on.
     pub(crate) fn set_dev(&mut self, dev: &super::dev::NetDevice) {
         // SAFETY: By the type invariant the skb is valid and owned by us; `dev` sits in the
         // first union of `struct sk_buff` (next/prev/dev), unused while we own the skb alone.
-        unsafe { (*self.raw()).__bindgen_anon_1.__bindgen_anon_1.__bindgen_anon_1.dev = dev.as_raw() };
+        unsafe {
+            (*self.raw())
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .dev = dev.as_raw()
+        };
     }
 
     /// Frees the skb as successfully consumed (not counted as a drop).
