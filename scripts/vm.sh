@@ -24,7 +24,7 @@ logs=$OUT/logs/$run
 mkdir -p "$logs"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/setup.sh"
 
-TROUBLE='Oops|BUG:|WARNING:|Call Trace|circular locking|possible recursive locking|inconsistent lock state|KASAN|kmemleak|UBSAN|general protection fault|Kernel panic|refcount_t:|sleeping function called from invalid context|hung_task|soft lockup'
+TROUBLE='Oops|BUG:|WARNING:|Call Trace|circular locking|possible recursive locking|inconsistent lock state|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection fault|Kernel panic|refcount_t:|sleeping function called from invalid context|hung_task|soft lockup'
 
 pids=()
 # start_guest NAME CMDLINE-EXTRA [QEMU-ARGS...]: boot a guest in the background.
@@ -34,7 +34,7 @@ start_guest() {
 	timeout --signal=KILL "$VM_TIMEOUT" qemu-system-x86_64 \
 		-accel tcg -m 2G -smp 2 -nodefaults -display none -no-reboot \
 		-kernel "$dest/bzImage" -initrd "$dest/initramfs.cpio" \
-		-append "console=ttyS0 loglevel=7 oops=panic panic=-1 ipoibrs.host=$name $extra" \
+		-append "console=ttyS0 loglevel=7 oops=panic panic=-1 rcupdate.rcu_cpu_stall_timeout=100 ipoibrs.host=$name $extra" \
 		-serial "file:$logs/$name.console" -serial "file:$logs/$name.results" \
 		-device isa-debug-exit,iobase=0xf4,iosize=0x04 \
 		"$@" >"$logs/$name.qemu" 2>&1 &

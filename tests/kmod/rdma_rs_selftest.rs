@@ -7,7 +7,9 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
-    c_str, new_condvar, new_mutex,
+    c_str,
+    net::mcast::Ipv6McMembership,
+    new_condvar, new_mutex,
     prelude::*,
     rdma::{
         ah::{AddressHandle, AhAttr},
@@ -232,6 +234,35 @@ fn receive_one(rx: &Endpoint, from_qpn: u32, fill: u8) -> Result {
     rx.post_recvs(1)
 }
 
+/// The IPoIB broadcast group of P_Key 0xffff.
+const MGID: Gid = Gid([
+    0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+]);
+const MULTICAST_QPN: u32 = 0xff_ffff;
+
+/// `b` joins `MGID` (QP attach plus the IP-level join RoCE needs), `a` sends to it from its
+/// IPv6 link-local GID (index 0); after leaving, `b` receives nothing.
+fn multicast(a: &Endpoint, b: &Endpoint) -> Result {
+    let ndev = b.device.netdev(PORT)?;
+    let member = Ipv6McMembership::join(&ndev, &MGID.0)?;
+    b.qp.attach_mcast(&MGID, 0)?;
+    let mac = [0x33, 0x33, MGID.0[12], MGID.0[13], MGID.0[14], MGID.0[15]];
+    let ah = AddressHandle::new(&a.pd, &AhAttr::roce(PORT, 0, &MGID, 64, mac))?;
+    a.send(&ah, MULTICAST_QPN, QKEY, 21)?;
+    receive_one(b, a.qp.qp_num(), 21)?;
+    b.qp.detach_mcast(&MGID, 0)?;
+    drop(member);
+    a.send(&ah, MULTICAST_QPN, QKEY, 23)?;
+    match wait(&b.recv_cq, 500) {
+        None => Ok(()),
+        Some(wc) => {
+            let _ = b.qp.complete_recv(&wc);
+            pr_info!("# received after leaving the group\n");
+            Err(EEXIST)
+        }
+    }
+}
+
 fn run(report: &mut Report) -> Result {
     let a = Endpoint::new(c_str!("rxe0"), [192, 0, 2, 1]);
     let b = Endpoint::new(c_str!("rxe1"), [192, 0, 2, 2]);
@@ -272,6 +303,11 @@ fn run(report: &mut Report) -> Result {
         "next datagram with the right Q_Key is received",
         a.send(&ah, b.qp.qp_num(), QKEY, 11)
             .and_then(|()| receive_one(&b, a.qp.qp_num(), 11)),
+    );
+
+    report.check(
+        "multicast: attached group receives, detached does not",
+        multicast(&a, &b),
     );
 
     // Moving the receiver to the error state flushes every posted buffer back to us.

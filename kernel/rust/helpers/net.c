@@ -72,3 +72,13 @@ int rust_helper_skb_cow_head(struct sk_buff *skb, unsigned int headroom)
 {
 	return skb_cow_head(skb, headroom);
 }
+
+void rust_helper_dev_hold(struct net_device *dev)
+{
+	dev_hold(dev);
+}
+
+void rust_helper_dev_put(struct net_device *dev)
+{
+	dev_put(dev);
+}

@@ -11,7 +11,7 @@ use crate::{
     ffi::{c_int, c_void},
     prelude::*,
     str::CStr,
-    types::{ForeignOwnable, Opaque},
+    types::{AlwaysRefCounted, ForeignOwnable, Opaque},
 };
 use core::{marker::PhantomData, ptr::NonNull};
 
@@ -109,6 +109,20 @@ impl NetDevice {
         skb.set_dev(self);
         // SAFETY: `skb` is owned and valid; `netif_rx` takes ownership whatever it returns.
         unsafe { bindings::netif_rx(skb.into_raw()) };
+    }
+}
+
+// SAFETY: `dev_hold` and `dev_put` keep the device allocated while a reference exists,
+// whatever the state of its registration.
+unsafe impl AlwaysRefCounted for NetDevice {
+    fn inc_ref(&self) {
+        // SAFETY: The existence of `&self` proves the count is non-zero.
+        unsafe { bindings::dev_hold(self.as_raw()) };
+    }
+
+    unsafe fn dec_ref(obj: NonNull<Self>) {
+        // SAFETY: The caller gives up one reference, so the device is valid until this call.
+        unsafe { bindings::dev_put(obj.cast().as_ptr()) };
     }
 }
 

@@ -10,8 +10,9 @@ use crate::{
         code::{EINVAL, ENODEV},
         to_result, Result,
     },
+    net::dev::NetDevice,
     str::CStr,
-    types::Opaque,
+    types::{ARef, Opaque},
 };
 use core::{
     fmt,
@@ -138,6 +139,17 @@ impl Device {
             return Ok(Protocol::Roce);
         }
         Ok(Protocol::Other)
+    }
+
+    /// The network device under `port` (on RoCE the Ethernet device), referenced; `ENODEV`
+    /// if the port has none.
+    pub fn netdev(&self, port: u32) -> Result<ARef<NetDevice>> {
+        self.check_port(port)?;
+        // SAFETY: The device is valid and `port` is one of its ports.
+        let ndev = unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) };
+        let ndev = NonNull::new(ndev).ok_or(ENODEV)?;
+        // SAFETY: `ib_device_get_netdev` returned with a reference (`dev_hold`) we take over.
+        Ok(unsafe { ARef::from_raw(ndev.cast()) })
     }
 
     /// Reads entry `index` of the GID table of `port`.
