@@ -13,11 +13,15 @@ use kernel::{
     prelude::*,
     rdma::{
         ah::{AddressHandle, AhAttr},
+        cm::{
+            self, CmId, CmIdRef, Event, GidAttr, ListenHandler, Listener, PathRecord, QpState,
+            ReqParams, Request,
+        },
         cq::{CompletionHandler, CompletionQueue, WcOpcode, WcStatus, WorkCompletion},
-        device::{Device, DeviceRef, Gid},
+        device::{Device, DeviceRef, Gid, Mtu},
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
-        qp::{QpCaps, UdQueuePair},
+        qp::{QpCaps, QpType, QueuePair},
     },
     sync::{Arc, CondVar, Mutex},
     time::{ktime_ms_delta, msecs_to_jiffies, Ktime},
@@ -40,10 +44,11 @@ const PAYLOAD_LEN: usize = 200;
 const RECV_LEN: usize = GRH_LEN + 256;
 const RECVS: u32 = 8;
 
-/// Wakes a waiting test when its completion queue has an event.
+/// Wakes a waiting test when its completion queue has an event, or a CM handler sets a flag.
 #[pin_data]
 struct Waiter {
     events: AtomicU32,
+    flags: AtomicU32,
     #[pin]
     lock: Mutex<()>,
     #[pin]
@@ -65,13 +70,14 @@ struct Endpoint {
     pd: Arc<ProtectionDomain>,
     send_cq: Arc<CompletionQueue<Waiter>>,
     recv_cq: Arc<CompletionQueue<Waiter>>,
-    qp: Pin<KBox<UdQueuePair>>,
+    qp: Pin<KBox<QueuePair>>,
 }
 
 fn waiter() -> Result<Arc<Waiter>> {
     Arc::pin_init(
         pin_init!(Waiter {
             events: AtomicU32::new(0),
+            flags: AtomicU32::new(0),
             lock <- new_mutex!(()),
             cv <- new_condvar!(),
         }),
@@ -109,7 +115,14 @@ impl Endpoint {
             max_send_sge: 1,
             max_recv_sge: 1,
         };
-        let qp = UdQueuePair::new(&pd, send_cq.clone(), recv_cq.clone(), caps, OWNER)?;
+        let qp = QueuePair::new(
+            QpType::Ud,
+            &pd,
+            send_cq.clone(),
+            recv_cq.clone(),
+            caps,
+            OWNER,
+        )?;
         qp.ready(PORT, 0, QKEY)?;
         Ok(Self {
             device,
@@ -151,7 +164,7 @@ impl Endpoint {
             *b = fill.wrapping_add(i as u8);
         }
         self.qp
-            .post_send(buf, PAYLOAD_LEN, ah, to, qkey)
+            .post_send_ud(buf, PAYLOAD_LEN, ah, to, qkey)
             .map_err(|(e, _)| e)?;
         let wc = wait(&self.send_cq, 2000).ok_or(EAGAIN)?;
         let buf = self.qp.complete_send(&wc).ok_or(EINVAL)?;
@@ -182,6 +195,29 @@ fn wait(cq: &CompletionQueue<Waiter>, ms: i64) -> Option<WorkCompletion> {
         // Woken, timed out or signalled: each case polls again, bounded by the deadline.
         let _ =
             w.cv.wait_interruptible_timeout(&mut guard, msecs_to_jiffies(20));
+    }
+}
+
+impl Waiter {
+    fn set(&self, flag: u32) {
+        self.flags.fetch_or(flag, Ordering::SeqCst);
+        self.cv.notify_all();
+    }
+
+    /// Waits up to `ms` milliseconds for `flag`.
+    fn wait_flag(&self, flag: u32, ms: i64) -> Result {
+        let start = Ktime::ktime_get();
+        while self.flags.load(Ordering::SeqCst) & flag == 0 {
+            if ktime_ms_delta(Ktime::ktime_get(), start) > ms {
+                return Err(EAGAIN);
+            }
+            let mut guard = self.lock.lock();
+            // Woken, timed out or signalled: each case checks again, bounded by the deadline.
+            let _ = self
+                .cv
+                .wait_interruptible_timeout(&mut guard, msecs_to_jiffies(20));
+        }
+        Ok(())
     }
 }
 
@@ -261,6 +297,253 @@ fn multicast(a: &Endpoint, b: &Endpoint) -> Result {
             Err(EEXIST)
         }
     }
+}
+
+const SERVICE_ID: u64 = 0x1000_0000_0000_0001;
+const UNUSED_SERVICE_ID: u64 = 0x1000_0000_0000_0002;
+const RC_MSG: usize = 65536;
+const F_REP: u32 = 1;
+const F_RTU: u32 = 2;
+const F_DREQ: u32 = 4;
+const F_DREP: u32 = 8;
+const F_REJ: u32 = 16;
+const F_BAD: u32 = 32;
+
+/// One end of an RC connection: its queue pair and what its CM events told it.
+struct RcEnd {
+    qp: Pin<KBox<QueuePair>>,
+    signal: Arc<Waiter>,
+    rej_reason: AtomicU32,
+}
+
+impl RcEnd {
+    fn new(ep: &Endpoint, signal: Arc<Waiter>) -> Result<Arc<Self>> {
+        let caps = QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+        };
+        let qp = QueuePair::new(
+            QpType::Rc,
+            &ep.pd,
+            ep.send_cq.clone(),
+            ep.recv_cq.clone(),
+            caps,
+            OWNER,
+        )?;
+        qp.init_rc(PORT, 0)?;
+        for _ in 0..2 {
+            let buf = DmaBuffer::new(&ep.device, RC_MSG, DmaDirection::FromDevice, GFP_KERNEL)?;
+            qp.post_recv(buf).map_err(|(e, _)| e)?;
+        }
+        Ok(Arc::new(
+            RcEnd {
+                qp,
+                signal,
+                rej_reason: AtomicU32::new(0),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+}
+
+impl cm::Handler for RcEnd {
+    fn event(&self, id: &CmIdRef, event: Event<'_>) {
+        match event {
+            Event::RepReceived { private_data, .. } => {
+                let ok = private_data.starts_with(b"rep-data")
+                    && id.modify_qp(&self.qp, QpState::Rtr).is_ok()
+                    && id.modify_qp(&self.qp, QpState::Rts).is_ok()
+                    && id.send_rtu().is_ok();
+                self.signal.set(if ok { F_REP } else { F_BAD });
+            }
+            Event::RtuReceived => {
+                let ok = id.modify_qp(&self.qp, QpState::Rts).is_ok();
+                self.signal.set(if ok { F_RTU } else { F_BAD });
+            }
+            Event::DreqReceived => {
+                let ok = id.send_drep().is_ok();
+                self.signal.set(if ok { F_DREQ } else { F_BAD });
+            }
+            Event::DrepReceived => self.signal.set(F_DREP),
+            Event::RejReceived { reason } => {
+                self.rej_reason.store(reason, Ordering::SeqCst);
+                self.signal.set(F_REJ);
+            }
+            Event::Timeout | Event::TimewaitExit | Event::Other(_) => {}
+        }
+    }
+}
+
+/// The passive side on rxe1: accepts requests carrying "ipoib-rs" with a fresh RC QP.
+#[pin_data]
+struct Passive {
+    ep: Endpoint,
+    #[pin]
+    conn: Mutex<Option<CmId<RcEnd>>>,
+    signal: Arc<Waiter>,
+}
+
+impl ListenHandler for Passive {
+    fn request(&self, req: Request<'_>) -> Result {
+        if !req.private_data().starts_with(b"ipoib-rs") {
+            self.signal.set(F_BAD);
+            return Err(EINVAL);
+        }
+        let end = RcEnd::new(&self.ep, self.signal.clone())?;
+        req.id().modify_qp_for_rep(&end.qp, 0x1234)?;
+        req.id().send_rep(&end.qp, 0x1234, b"rep-data", false, 7)?;
+        let id = req.accept(end)?;
+        *self.conn.lock() = Some(id);
+        Ok(())
+    }
+}
+
+fn send_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
+    let mut buf = DmaBuffer::new(&ep.device, RC_MSG, DmaDirection::ToDevice, GFP_KERNEL)?;
+    for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
+        *b = fill.wrapping_add((i / 7) as u8);
+    }
+    end.qp.post_send(buf, RC_MSG).map_err(|(e, _)| e)?;
+    let wc = wait(&ep.send_cq, 5000).ok_or_else(|| {
+        pr_info!("# no RC send completion on {}\n", ep.device.name());
+        EAGAIN
+    })?;
+    end.qp.complete_send(&wc).ok_or(EINVAL)?;
+    if wc.status() != WcStatus::Success {
+        pr_info!("# RC send status {:?}\n", wc.status());
+        return Err(EIO);
+    }
+    Ok(())
+}
+
+fn recv_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
+    let wc = wait(&ep.recv_cq, 5000).ok_or_else(|| {
+        pr_info!("# no RC receive completion on {}\n", ep.device.name());
+        EAGAIN
+    })?;
+    let buf = end.qp.complete_recv(&wc).ok_or(EINVAL)?;
+    if wc.status() != WcStatus::Success || wc.byte_len() as usize != RC_MSG {
+        pr_info!(
+            "# RC receive status {:?}, {} bytes\n",
+            wc.status(),
+            wc.byte_len()
+        );
+        return Err(EIO);
+    }
+    let bad = buf
+        .as_slice()
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b != fill.wrapping_add((i / 7) as u8));
+    if bad {
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+fn req_params<'a>(path: &'a PathRecord, sgid_attr: &'a GidAttr, service_id: u64) -> ReqParams<'a> {
+    ReqParams {
+        path,
+        sgid_attr,
+        service_id,
+        private_data: b"ipoib-rs",
+        srq: false,
+        responder_resources: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+    }
+}
+
+/// RC through the CM between rxe0 (active) and rxe1 (passive).
+fn connected(report: &mut Report) -> Result {
+    let a = Endpoint::new(c_str!("rxe0"), [192, 0, 2, 1])?;
+    let b_gid = ipv4_gid([192, 0, 2, 2]);
+    let passive_signal = waiter()?;
+    let ep = Endpoint::new(c_str!("rxe1"), [192, 0, 2, 2])?;
+    let signal = passive_signal.clone();
+    let passive = Arc::pin_init(
+        pin_init!(Passive {
+            ep,
+            conn <- new_mutex!(None),
+            signal,
+        }),
+        GFP_KERNEL,
+    )?;
+    let listener = Listener::new(&passive.ep.device, SERVICE_ID, passive.clone())?;
+
+    let active_signal = waiter()?;
+    let active = RcEnd::new(&a, active_signal.clone())?;
+    let id = CmId::new(&a.device, active.clone())?;
+    let sgid_attr = GidAttr::get(&a.device, PORT, a.gid_index)?;
+    let path = PathRecord::roce_v2(&a.gid, &b_gid, Mtu::Mtu1024, [0; 6]);
+    let connect = id
+        .id()
+        .send_req(&active.qp, &req_params(&path, &sgid_attr, SERVICE_ID))
+        .and_then(|()| active_signal.wait_flag(F_REP, 5000))
+        .and_then(|()| passive_signal.wait_flag(F_RTU, 5000))
+        .and_then(|()| {
+            match (active_signal.flags.load(Ordering::SeqCst)
+                | passive_signal.flags.load(Ordering::SeqCst))
+                & F_BAD
+            {
+                0 => Ok(()),
+                _ => Err(EIO),
+            }
+        });
+    report.check(
+        "CM: REQ with private data, REP, RTU; both QPs ready to send",
+        connect,
+    );
+
+    let transfer = (|| {
+        let guard = passive.conn.lock();
+        let b_end = guard.as_ref().ok_or(ENODEV)?.handler();
+        send_rc(&a, &active, 3)?;
+        recv_rc(&passive.ep, &b_end, 3)?;
+        send_rc(&passive.ep, &b_end, 5)?;
+        recv_rc(&a, &active, 5)
+    })();
+    report.check("RC: 64 KiB message each way, contents intact", transfer);
+
+    let disconnect = id
+        .id()
+        .send_dreq()
+        .and_then(|()| passive_signal.wait_flag(F_DREQ, 5000))
+        .and_then(|()| active_signal.wait_flag(F_DREP, 5000));
+    report.check("CM: DREQ answered by DREP", disconnect);
+
+    let rej_signal = waiter()?;
+    let rejected = RcEnd::new(&a, rej_signal.clone())?;
+    let rej_id = CmId::new(&a.device, rejected.clone())?;
+    let rej = rej_id
+        .id()
+        .send_req(
+            &rejected.qp,
+            &req_params(&path, &sgid_attr, UNUSED_SERVICE_ID),
+        )
+        .and_then(|()| rej_signal.wait_flag(F_REJ, 5000))
+        .and_then(|()| match rejected.rej_reason.load(Ordering::SeqCst) {
+            cm::REJ_INVALID_SERVICE_ID => Ok(()),
+            other => {
+                pr_info!("# REJ reason {}\n", other);
+                Err(EINVAL)
+            }
+        });
+    report.check(
+        "CM: REQ to a service nobody listens on gets REJ (invalid service ID)",
+        rej,
+    );
+
+    // Identifiers first (their handlers hold queue pairs), then the listener.
+    drop(rej_id);
+    drop(id);
+    *passive.conn.lock() = None;
+    drop(listener);
+    report.check("CM identifiers and listener destroyed", Ok(()));
+    Ok(())
 }
 
 fn run(report: &mut Report) -> Result {
@@ -353,6 +636,10 @@ impl kernel::Module for VerbsSelftest {
         let mut report = Report { n: 0, failed: 0 };
         if let Err(e) = run(&mut report) {
             pr_info!("# stopped early: {:?}\n", e);
+        }
+        if let Err(e) = connected(&mut report) {
+            pr_info!("# connected mode checks stopped early: {:?}\n", e);
+            report.check("connected mode set-up", Err(e));
         }
         pr_info!("1..{}\n", report.n);
         pr_info!("# {} failed\n", report.failed);

@@ -13,6 +13,7 @@
 
 pub mod ah;
 pub mod client;
+pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod dma;

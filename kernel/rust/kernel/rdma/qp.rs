@@ -5,7 +5,7 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
 //!
 //! A queue pair owns every buffer posted to it until the work request completes: posting
-//! moves the buffer in, [`UdQueuePair::complete_recv`] and [`UdQueuePair::complete_send`] move
+//! moves the buffer in, [`QueuePair::complete_recv`] and [`QueuePair::complete_send`] move
 //! it out again for the completion that names it. The device therefore never accesses memory
 //! that Rust code can see or free, and destroying the queue pair (which stops the device)
 //! happens before its buffers are freed.
@@ -54,7 +54,16 @@ static QP_SERIAL: AtomicU32 = AtomicU32::new(1);
 /// A buffer posted for a send, with what must live until the send completes.
 struct SendSlot {
     buf: DmaBuffer,
-    _ah: Arc<AddressHandle>,
+    _ah: Option<Arc<AddressHandle>>,
+}
+
+/// The transport of a queue pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpType {
+    /// Unreliable datagram: any peer per send, through an address handle.
+    Ud,
+    /// Reliable connected: one peer, set up through the IB CM.
+    Rc,
 }
 
 /// Posted buffers by work request index; `wr_id` = serial << 32 | index.
@@ -83,7 +92,7 @@ impl<T> Slots<T> {
     }
 }
 
-/// An unreliable-datagram queue pair (`IB_QPT_UD`).
+/// A queue pair (`struct ib_qp`) of type [`QpType`].
 ///
 /// # Invariants
 ///
@@ -92,8 +101,9 @@ impl<T> Slots<T> {
 /// slot holds the buffer of a work request posted with that slot's `wr_id` that has not
 /// been completed through this object.
 #[pin_data(PinnedDrop)]
-pub struct UdQueuePair {
+pub struct QueuePair {
     qp: NonNull<bindings::ib_qp>,
+    qp_type: QpType,
     serial: u32,
     #[pin]
     send: SpinLock<Slots<SendSlot>>,
@@ -105,15 +115,16 @@ pub struct UdQueuePair {
 }
 
 // SAFETY: The core allows a QP to be used from any thread; the slots are behind locks.
-unsafe impl Send for UdQueuePair {}
+unsafe impl Send for QueuePair {}
 // SAFETY: See above.
-unsafe impl Sync for UdQueuePair {}
+unsafe impl Sync for QueuePair {}
 
-impl UdQueuePair {
-    /// Creates a UD queue pair in `pd`, completing sends on `send_cq` and receives on
-    /// `recv_cq`. Every send is signalled. `owner` names the creating module in the core's
-    /// resource tracking.
+impl QueuePair {
+    /// Creates a queue pair of type `qp_type` in `pd`, completing sends on `send_cq` and
+    /// receives on `recv_cq`. Every send is signalled. `owner` names the creating module in
+    /// the core's resource tracking.
     pub fn new(
+        qp_type: QpType,
         pd: &Arc<ProtectionDomain>,
         send_cq: Arc<dyn RawCompletionQueue>,
         recv_cq: Arc<dyn RawCompletionQueue>,
@@ -129,7 +140,10 @@ impl UdQueuePair {
         attr.cap.max_send_sge = caps.max_send_sge;
         attr.cap.max_recv_sge = caps.max_recv_sge;
         attr.sq_sig_type = bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
-        attr.qp_type = bindings::ib_qp_type_IB_QPT_UD;
+        attr.qp_type = match qp_type {
+            QpType::Ud => bindings::ib_qp_type_IB_QPT_UD,
+            QpType::Rc => bindings::ib_qp_type_IB_QPT_RC,
+        };
         let send = Slots::new(caps.max_send_wr)?;
         let recv = Slots::new(caps.max_recv_wr)?;
         // SAFETY: `pd` and both CQs are valid (we hold references, kept in the object);
@@ -141,9 +155,10 @@ impl UdQueuePair {
         let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
         let init = pin_init!(Self {
             qp,
+            qp_type,
             serial,
-            send <- new_spinlock!(send, "UdQueuePair::send"),
-            recv <- new_spinlock!(recv, "UdQueuePair::recv"),
+            send <- new_spinlock!(send, "QueuePair::send"),
+            recv <- new_spinlock!(recv, "QueuePair::recv"),
             pd: pd.clone(),
             _send_cq: send_cq,
             _recv_cq: recv_cq,
@@ -165,7 +180,12 @@ impl UdQueuePair {
         unsafe { (*self.qp.as_ptr()).qp_num }
     }
 
-    fn modify(&self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result {
+    /// The transport of this queue pair.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    pub(crate) fn modify(&self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result {
         // SAFETY: `qp` is valid and `attr` is valid for the call.
         to_result(unsafe { bindings::ib_modify_qp(self.qp.as_ptr(), attr, mask as i32) })
     }
@@ -177,9 +197,12 @@ impl UdQueuePair {
         attr
     }
 
-    /// Moves a new (RESET) queue pair to ready-to-send: INIT with `port`, `pkey_index` and
-    /// `qkey`, then RTR, then RTS with send PSN 0.
+    /// Moves a new (RESET) UD queue pair to ready-to-send: INIT with `port`, `pkey_index`
+    /// and `qkey`, then RTR, then RTS with send PSN 0.
     pub fn ready(&self, port: u32, pkey_index: u16, qkey: u32) -> Result {
+        if self.qp_type != QpType::Ud {
+            return Err(EINVAL);
+        }
         let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_INIT);
         attr.port_num = port;
         attr.pkey_index = pkey_index;
@@ -198,6 +221,25 @@ impl UdQueuePair {
         self.modify(
             &mut attr,
             bindings::ib_qp_attr_mask_IB_QP_STATE | bindings::ib_qp_attr_mask_IB_QP_SQ_PSN,
+        )
+    }
+
+    /// Moves a new (RESET) RC queue pair to INIT on `port` and `pkey_index`, allowing local
+    /// writes only: the first step of a connection, before the CM supplies RTR and RTS.
+    pub fn init_rc(&self, port: u32, pkey_index: u16) -> Result {
+        if self.qp_type != QpType::Rc {
+            return Err(EINVAL);
+        }
+        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_INIT);
+        attr.port_num = port;
+        attr.pkey_index = pkey_index;
+        attr.qp_access_flags = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32;
+        self.modify(
+            &mut attr,
+            bindings::ib_qp_attr_mask_IB_QP_STATE
+                | bindings::ib_qp_attr_mask_IB_QP_PORT
+                | bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX
+                | bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS,
         )
     }
 
@@ -267,14 +309,39 @@ impl UdQueuePair {
     }
 
     /// Posts the first `len` bytes of `buf` as one datagram to QP `remote_qpn` with Q_Key
-    /// `remote_qkey` through `ah`. On failure the buffer comes back with the error.
-    pub fn post_send(
+    /// `remote_qkey` through `ah` (UD only). On failure the buffer comes back with the error.
+    pub fn post_send_ud(
         &self,
         buf: DmaBuffer,
         len: usize,
         ah: &Arc<AddressHandle>,
         remote_qpn: u32,
         remote_qkey: u32,
+    ) -> core::result::Result<(), (Error, DmaBuffer)> {
+        if self.qp_type != QpType::Ud {
+            return Err((EINVAL, buf));
+        }
+        self.post_send_inner(buf, len, Some((ah, remote_qpn, remote_qkey)))
+    }
+
+    /// Posts the first `len` bytes of `buf` as one message to the connected peer (RC only).
+    /// On failure the buffer comes back with the error.
+    pub fn post_send(
+        &self,
+        buf: DmaBuffer,
+        len: usize,
+    ) -> core::result::Result<(), (Error, DmaBuffer)> {
+        if self.qp_type != QpType::Rc {
+            return Err((EINVAL, buf));
+        }
+        self.post_send_inner(buf, len, None)
+    }
+
+    fn post_send_inner(
+        &self,
+        buf: DmaBuffer,
+        len: usize,
+        ud: Option<(&Arc<AddressHandle>, u32, u32)>,
     ) -> core::result::Result<(), (Error, DmaBuffer)> {
         let length = match u32::try_from(len) {
             Ok(l) if len <= buf.len() => l,
@@ -296,14 +363,16 @@ impl UdQueuePair {
         wr.wr.num_sge = 1;
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
         wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
-        wr.ah = ah.as_raw();
-        wr.remote_qpn = remote_qpn;
-        wr.remote_qkey = remote_qkey;
+        if let Some((ah, remote_qpn, remote_qkey)) = ud {
+            wr.ah = ah.as_raw();
+            wr.remote_qpn = remote_qpn;
+            wr.remote_qkey = remote_qkey;
+        }
         buf.sync_for_device();
         let mut bad = core::ptr::null();
-        // SAFETY: `qp` is valid; `wr` (a UD request whose first member is the generic one)
-        // and `sge` are valid for the call; the buffer and the address handle stay in the
-        // slot until the send completes.
+        // SAFETY: `qp` is valid; `wr` (whose first member is the generic request, the only
+        // part an RC queue pair reads) and `sge` are valid for the call; the buffer and the
+        // address handle stay in the slot until the send completes.
         let ret = unsafe { bindings::ib_post_send(self.qp.as_ptr(), &wr.wr, &mut bad) };
         if let Err(e) = to_result(ret) {
             buf.sync_for_cpu();
@@ -312,7 +381,7 @@ impl UdQueuePair {
         // INVARIANT: the buffer (and route) of the posted request are kept in its slot.
         slots.entries[index] = Some(SendSlot {
             buf,
-            _ah: ah.clone(),
+            _ah: ud.map(|(ah, _, _)| ah.clone()),
         });
         Ok(())
     }
@@ -339,7 +408,7 @@ impl UdQueuePair {
 }
 
 #[pinned_drop]
-impl PinnedDrop for UdQueuePair {
+impl PinnedDrop for QueuePair {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: By the type invariant `qp` is valid and destroyed only here. The device
         // stops accessing posted buffers, which are freed afterwards with the fields.

@@ -25,6 +25,12 @@ while IFS= read -r line; do
 	"# "*) ktap_print_msg "${line#\# }" ;;
 	esac
 done <<<"$results"
+if echo "$results" | grep -q '^not ok'; then
+	for f in /sys/class/infiniband/rxe*/ports/1/hw_counters/*; do
+		v=$(cat "$f")
+		[ "$v" = 0 ] || ktap_print_msg "${f#/sys/class/infiniband/} $v"
+	done
+fi
 ipoib_check "$SELFTEST reported all its checks" eval "echo \"\$results\" | grep -qx \"1..$cases\" && [ $cases -ge 8 ]"
 ipoib_check "$SELFTEST unloads, kernel log clean" eval 'rmmod "$SELFTEST" && klog_clean_since'
 ktap_finished

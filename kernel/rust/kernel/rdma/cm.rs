@@ -1,0 +1,580 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The InfiniBand connection manager: setting up reliable connections (REQ, REP, RTU),
+//! tearing them down (DREQ, DREP) and refusing them (REJ).
+//!
+//! C header: [`include/rdma/ib_cm.h`](srctree/include/rdma/ib_cm.h).
+//!
+//! Every communication identifier is owned by a Rust object that destroys it on drop
+//! ([`CmId`], [`Listener`]); `ib_destroy_cm_id` waits for running handlers and no event is
+//! delivered afterwards, so a handler never runs after its owner is gone. Dropping an
+//! identifier from inside its own handler would wait for itself: defer that to a work item.
+
+use super::{
+    device::{Device, DeviceRef, Gid},
+    qp::QueuePair,
+};
+use crate::{
+    bindings,
+    error::{code::EINVAL, from_err_ptr, to_result, Result},
+    ffi::{c_int, c_void},
+    sync::Arc,
+    sync::ArcBorrow,
+    types::ForeignOwnable,
+};
+use core::{marker::PhantomData, ptr::NonNull};
+
+/// A reference to the attributes of one GID table entry (`struct ib_gid_attr`), needed to
+/// send connection requests on RoCE.
+///
+/// # Invariants
+///
+/// Holds one reference taken by `rdma_get_gid_attr`.
+pub struct GidAttr(NonNull<bindings::ib_gid_attr>);
+
+// SAFETY: The reference count is atomic; the attributes are immutable.
+unsafe impl Send for GidAttr {}
+// SAFETY: See above.
+unsafe impl Sync for GidAttr {}
+
+impl GidAttr {
+    /// Takes a reference on entry `index` of the GID table of `port` of `device`.
+    pub fn get(device: &Device, port: u32, index: u32) -> Result<Self> {
+        let index = i32::try_from(index).map_err(|_| EINVAL)?;
+        if !device.ports().contains(&port) {
+            return Err(EINVAL);
+        }
+        // SAFETY: The device is valid and `port` is one of its ports.
+        let attr = from_err_ptr(unsafe {
+            bindings::rdma_get_gid_attr(device.as_raw(), port, index as _).cast_mut()
+        })?;
+        // INVARIANT: `rdma_get_gid_attr` returned with a reference held.
+        Ok(Self(NonNull::new(attr).ok_or(EINVAL)?))
+    }
+
+    /// The GID.
+    pub fn gid(&self) -> Gid {
+        // SAFETY: By the type invariant the attributes are valid; every bit pattern of the
+        // union is a valid byte array.
+        Gid(unsafe { (*self.0.as_ptr()).gid.raw })
+    }
+
+    fn as_raw(&self) -> *const bindings::ib_gid_attr {
+        self.0.as_ptr()
+    }
+}
+
+impl Drop for GidAttr {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant we hold one reference, released once here.
+        unsafe { bindings::rdma_put_gid_attr(self.0.as_ptr()) };
+    }
+}
+
+/// A path between two ports (`struct sa_path_rec`), as a connection request carries it.
+pub struct PathRecord(bindings::sa_path_rec);
+
+impl PathRecord {
+    /// A RoCE v2 path from `sgid` to `dgid` with MTU `mtu` (IB encoding, see
+    /// [`super::device::Mtu`]), built locally as the RDMA CM does, since RoCE has no subnet
+    /// administrator to ask.
+    pub fn roce_v2(sgid: &Gid, dgid: &Gid, mtu: super::device::Mtu, dmac: [u8; 6]) -> Self {
+        // SAFETY: `sa_path_rec` is integers, C enums and byte arrays.
+        let mut p: bindings::sa_path_rec = unsafe { core::mem::zeroed() };
+        p.rec_type = bindings::sa_path_rec_type_SA_PATH_REC_TYPE_ROCE_V2;
+        p.sgid = bindings::ib_gid { raw: sgid.0 };
+        p.dgid = bindings::ib_gid { raw: dgid.0 };
+        p.hop_limit = 64;
+        p.reversible = 1;
+        p.pkey = 0xffffu16.to_be();
+        p.mtu_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
+        p.mtu = mtu as u8;
+        p.rate_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
+        p.rate = bindings::ib_rate_IB_RATE_PORT_CURRENT as u8;
+        p.packet_life_time_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
+        p.packet_life_time = 18;
+        p.__bindgen_anon_1.roce.route_resolved = true;
+        p.__bindgen_anon_1.roce.dmac = dmac;
+        Self(p)
+    }
+}
+
+/// The parameters of a connection request that vary between users.
+pub struct ReqParams<'a> {
+    /// The path to the peer.
+    pub path: &'a PathRecord,
+    /// The source GID of the path (RoCE needs it).
+    pub sgid_attr: &'a GidAttr,
+    /// The service to connect to.
+    pub service_id: u64,
+    /// Up to 92 bytes for the peer.
+    pub private_data: &'a [u8],
+    /// Whether our queue pair receives from a shared receive queue.
+    pub srq: bool,
+    /// RDMA reads the peer may have outstanding toward us.
+    pub responder_resources: u8,
+    /// Transport retries (0 to 7).
+    pub retry_count: u8,
+    /// Receiver-not-ready retries (0 to 7, 7 = forever).
+    pub rnr_retry_count: u8,
+    /// CM message retries (at most 15).
+    pub max_cm_retries: u8,
+}
+
+/// Why a peer refused a connection (`enum ib_cm_rej_reason`), as a raw code.
+pub type RejReason = u32;
+/// The REJ reason for a request to a service nobody listens on.
+pub const REJ_INVALID_SERVICE_ID: RejReason =
+    bindings::ib_cm_rej_reason_IB_CM_REJ_INVALID_SERVICE_ID;
+/// The REJ reason a consumer gives when it declines a request.
+pub const REJ_CONSUMER_DEFINED: RejReason = bindings::ib_cm_rej_reason_IB_CM_REJ_CONSUMER_DEFINED;
+
+/// A connection manager event for an identifier.
+pub enum Event<'a> {
+    /// The peer accepted our request.
+    RepReceived {
+        /// The peer's private data (196 bytes as received).
+        private_data: &'a [u8],
+        /// The peer's queue pair.
+        remote_qpn: u32,
+    },
+    /// The peer confirmed our reply: the connection is established.
+    RtuReceived,
+    /// The peer asks to disconnect; answer with [`CmIdRef::send_drep`].
+    DreqReceived,
+    /// The peer answered our disconnect request.
+    DrepReceived,
+    /// The peer refused.
+    RejReceived {
+        /// The reason code.
+        reason: RejReason,
+    },
+    /// A request or reply got no answer.
+    Timeout,
+    /// The identifier left the time-wait state; it may be reused or destroyed.
+    TimewaitExit,
+    /// Any other event, with its raw code.
+    Other(u32),
+}
+
+/// What an identifier's owner does with its events. Runs in process context (the CM's work
+/// queue): it may sleep, but must not drop the identifier it handles.
+pub trait Handler: Send + Sync + 'static {
+    /// An event for `id`.
+    fn event(&self, id: &CmIdRef, event: Event<'_>);
+}
+
+/// An identifier seen from inside a callback.
+#[repr(transparent)]
+pub struct CmIdRef(bindings::ib_cm_id);
+
+impl CmIdRef {
+    fn raw(&self) -> *mut bindings::ib_cm_id {
+        (&self.0 as *const bindings::ib_cm_id).cast_mut()
+    }
+
+    /// # Safety
+    ///
+    /// `ptr` must be a valid identifier for `'a`.
+    unsafe fn from_raw<'a>(ptr: *mut bindings::ib_cm_id) -> &'a Self {
+        // SAFETY: `CmIdRef` is `repr(transparent)`; validity is the caller's guarantee.
+        unsafe { &*ptr.cast() }
+    }
+
+    fn private(data: &[u8]) -> Result<(*const c_void, u8)> {
+        let len = u8::try_from(data.len()).map_err(|_| EINVAL)?;
+        Ok((data.as_ptr().cast(), len))
+    }
+
+    /// Sends a connection request for `qp` (an RC queue pair in INIT).
+    pub fn send_req(&self, qp: &QueuePair, p: &ReqParams<'_>) -> Result {
+        let (data, len) = Self::private(p.private_data)?;
+        let mut path = p.path.0;
+        // SAFETY: All-zero is a valid `ib_cm_req_param`.
+        let mut param: bindings::ib_cm_req_param = unsafe { core::mem::zeroed() };
+        param.primary_path = &mut path;
+        param.ppath_sgid_attr = p.sgid_attr.as_raw();
+        param.service_id = p.service_id.to_be();
+        param.qp_num = qp.qp_num();
+        param.qp_type = bindings::ib_qp_type_IB_QPT_RC;
+        param.starting_psn = qp.qp_num() & 0xff_ffff;
+        param.private_data = data;
+        param.private_data_len = len;
+        param.responder_resources = p.responder_resources;
+        param.initiator_depth = 0;
+        param.remote_cm_response_timeout = 20;
+        param.local_cm_response_timeout = 20;
+        param.retry_count = p.retry_count;
+        param.rnr_retry_count = p.rnr_retry_count;
+        param.max_cm_retries = p.max_cm_retries;
+        param.srq = u8::from(p.srq);
+        // SAFETY: The identifier is valid; `param`, `path` and the private data are valid for
+        // the call (the CM copies what it keeps); the GID attribute is referenced by `p`.
+        to_result(unsafe { bindings::ib_send_cm_req(self.raw(), &mut param) })
+    }
+
+    /// Accepts a connection request with `qp` (moved to RTR beforehand), starting at `psn`.
+    pub fn send_rep(
+        &self,
+        qp: &QueuePair,
+        psn: u32,
+        private_data: &[u8],
+        srq: bool,
+        rnr_retry_count: u8,
+    ) -> Result {
+        let (data, len) = Self::private(private_data)?;
+        // SAFETY: All-zero is a valid `ib_cm_rep_param`.
+        let mut param: bindings::ib_cm_rep_param = unsafe { core::mem::zeroed() };
+        param.qp_num = qp.qp_num();
+        param.starting_psn = psn & 0xff_ffff;
+        param.private_data = data;
+        param.private_data_len = len;
+        param.rnr_retry_count = rnr_retry_count;
+        param.srq = u8::from(srq);
+        // SAFETY: The identifier is valid; `param` and the private data are valid for the call.
+        to_result(unsafe { bindings::ib_send_cm_rep(self.raw(), &mut param) })
+    }
+
+    /// Confirms the peer's reply: the connection is established.
+    pub fn send_rtu(&self) -> Result {
+        // SAFETY: The identifier is valid; no private data.
+        to_result(unsafe { bindings::ib_send_cm_rtu(self.raw(), core::ptr::null(), 0) })
+    }
+
+    /// Asks the peer to disconnect.
+    pub fn send_dreq(&self) -> Result {
+        // SAFETY: The identifier is valid; no private data.
+        to_result(unsafe { bindings::ib_send_cm_dreq(self.raw(), core::ptr::null(), 0) })
+    }
+
+    /// Answers the peer's disconnect request.
+    pub fn send_drep(&self) -> Result {
+        // SAFETY: The identifier is valid; no private data.
+        to_result(unsafe { bindings::ib_send_cm_drep(self.raw(), core::ptr::null(), 0) })
+    }
+
+    /// Refuses a connection request.
+    pub fn send_rej(&self, reason: RejReason) -> Result {
+        // SAFETY: The identifier is valid; no additional data.
+        to_result(unsafe {
+            bindings::ib_send_cm_rej(
+                self.raw(),
+                reason,
+                core::ptr::null_mut(),
+                0,
+                core::ptr::null(),
+                0,
+            )
+        })
+    }
+
+    /// Moves `qp` to `state` (RTR or RTS) with the attributes the CM negotiated.
+    pub fn modify_qp(&self, qp: &QueuePair, state: QpState) -> Result {
+        self.modify_qp_psn(qp, state, None)
+    }
+
+    /// Moves `qp` to RTR on the passive side before replying: the CM does not know the
+    /// starting PSN of our reply yet, so the receive PSN is given here and must be the one
+    /// passed to [`CmIdRef::send_rep`].
+    pub fn modify_qp_for_rep(&self, qp: &QueuePair, psn: u32) -> Result {
+        self.modify_qp_psn(qp, QpState::Rtr, Some(psn & 0xff_ffff))
+    }
+
+    fn modify_qp_psn(&self, qp: &QueuePair, state: QpState, rq_psn: Option<u32>) -> Result {
+        // SAFETY: All-zero is a valid `ib_qp_attr`.
+        let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
+        attr.qp_state = match state {
+            QpState::Rtr => bindings::ib_qp_state_IB_QPS_RTR,
+            QpState::Rts => bindings::ib_qp_state_IB_QPS_RTS,
+        };
+        let mut mask: c_int = 0;
+        // SAFETY: The identifier is valid; `attr` and `mask` are valid for writes.
+        to_result(unsafe { bindings::ib_cm_init_qp_attr(self.raw(), &mut attr, &mut mask) })?;
+        if let Some(psn) = rq_psn {
+            attr.rq_psn = psn;
+        }
+        qp.modify(&mut attr, mask as u32)
+    }
+}
+
+/// Connection states a queue pair reaches through the CM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+}
+
+fn event_of(ev: &bindings::ib_cm_event) -> Event<'_> {
+    match ev.event {
+        bindings::ib_cm_event_type_IB_CM_REP_RECEIVED => {
+            let len = bindings::ib_cm_data_size_IB_CM_REP_PRIVATE_DATA_SIZE as usize;
+            // SAFETY: For a REP the CM passes its private data (this many bytes) and fills the
+            // `rep_rcvd` member of the union.
+            unsafe {
+                Event::RepReceived {
+                    private_data: core::slice::from_raw_parts(ev.private_data.cast(), len),
+                    remote_qpn: ev.param.rep_rcvd.remote_qpn,
+                }
+            }
+        }
+        bindings::ib_cm_event_type_IB_CM_RTU_RECEIVED => Event::RtuReceived,
+        bindings::ib_cm_event_type_IB_CM_DREQ_RECEIVED => Event::DreqReceived,
+        bindings::ib_cm_event_type_IB_CM_DREP_RECEIVED => Event::DrepReceived,
+        bindings::ib_cm_event_type_IB_CM_REJ_RECEIVED => {
+            // SAFETY: For a REJ the CM fills the `rej_rcvd` member of the union.
+            let reason = unsafe { ev.param.rej_rcvd.reason };
+            Event::RejReceived { reason }
+        }
+        bindings::ib_cm_event_type_IB_CM_REQ_ERROR | bindings::ib_cm_event_type_IB_CM_REP_ERROR => {
+            Event::Timeout
+        }
+        bindings::ib_cm_event_type_IB_CM_TIMEWAIT_EXIT => Event::TimewaitExit,
+        other => Event::Other(other),
+    }
+}
+
+/// # Safety
+///
+/// Called by the CM only, for an identifier whose context is an `Arc<T>` owned by a [`CmId`].
+unsafe extern "C" fn handler_callback<T: Handler>(
+    id: *mut bindings::ib_cm_id,
+    ev: *const bindings::ib_cm_event,
+) -> c_int {
+    // SAFETY: The CM passes a valid identifier and event for the duration of the call; the
+    // context is the `Arc<T>` the owning `CmId` keeps until the identifier is destroyed.
+    let (idref, ev, handler) = unsafe {
+        (
+            CmIdRef::from_raw(id),
+            &*ev,
+            <Arc<T> as ForeignOwnable>::borrow((*id).context),
+        )
+    };
+    handler.event(idref, event_of(ev));
+    0
+}
+
+/// A communication identifier owned by Rust with handler `T`: destroyed on drop.
+///
+/// # Invariants
+///
+/// `id` is a live identifier whose handler is `handler_callback::<T>` and whose context is
+/// `Arc<T>::into_foreign` of a reference released only in `drop`, after destruction.
+pub struct CmId<T: Handler> {
+    id: NonNull<bindings::ib_cm_id>,
+    _device: DeviceRef,
+    _handler: PhantomData<Arc<T>>,
+}
+
+// SAFETY: The CM allows identifiers to be used and destroyed from any thread.
+unsafe impl<T: Handler> Send for CmId<T> {}
+// SAFETY: Shared use only calls CM functions, which lock internally.
+unsafe impl<T: Handler> Sync for CmId<T> {}
+
+impl<T: Handler> CmId<T> {
+    /// Creates an identifier on `device` whose events go to `handler`.
+    pub fn new(device: &Device, handler: Arc<T>) -> Result<Self> {
+        let device = device.get_ref()?;
+        let ctx = handler.into_foreign();
+        // SAFETY: The device is registered; the handler callback matches `T`; `ctx` stays
+        // valid until released in `drop` (or just below on failure).
+        let id = unsafe {
+            bindings::ib_create_cm_id(device.as_raw(), Some(handler_callback::<T>), ctx.cast_mut())
+        };
+        let id = match from_err_ptr(id).map(NonNull::new) {
+            Ok(Some(id)) => id,
+            Ok(None) | Err(_) => {
+                // SAFETY: `ctx` came from `into_foreign` above and was not handed to the CM.
+                drop(unsafe { <Arc<T> as ForeignOwnable>::from_foreign(ctx) });
+                return Err(from_err_ptr(id).err().unwrap_or(EINVAL));
+            }
+        };
+        // INVARIANT: created with our callback and context.
+        Ok(Self {
+            id,
+            _device: device,
+            _handler: PhantomData,
+        })
+    }
+
+    /// The handler of this identifier.
+    pub fn handler(&self) -> ArcBorrow<'_, T> {
+        // SAFETY: By the type invariant the context is our `Arc<T>`, released only in `drop`.
+        unsafe { <Arc<T> as ForeignOwnable>::borrow((*self.id.as_ptr()).context) }
+    }
+
+    /// The identifier, to send messages with.
+    pub fn id(&self) -> &CmIdRef {
+        // SAFETY: By the type invariant the identifier is live while `self` exists.
+        unsafe { CmIdRef::from_raw(self.id.as_ptr()) }
+    }
+}
+
+impl<T: Handler> Drop for CmId<T> {
+    fn drop(&mut self) {
+        let id = self.id.as_ptr();
+        // SAFETY: By the type invariant `id` is live; after `ib_destroy_cm_id` returns no
+        // handler runs any more, so the context can be released.
+        unsafe {
+            let ctx = (*id).context;
+            bindings::ib_destroy_cm_id(id);
+            drop(<Arc<T> as ForeignOwnable>::from_foreign(ctx));
+        }
+    }
+}
+
+/// A connection request that arrived at a [`Listener`].
+pub struct Request<'a> {
+    id: &'a CmIdRef,
+    ev: &'a bindings::ib_cm_event,
+    accepted: &'a core::cell::Cell<bool>,
+}
+
+impl<'a> Request<'a> {
+    /// The private data of the request (92 bytes as received).
+    pub fn private_data(&self) -> &'a [u8] {
+        let len = bindings::ib_cm_data_size_IB_CM_REQ_PRIVATE_DATA_SIZE as usize;
+        // SAFETY: For a REQ the CM passes this many bytes of private data.
+        unsafe { core::slice::from_raw_parts(self.ev.private_data.cast(), len) }
+    }
+
+    /// The requester's queue pair.
+    pub fn remote_qpn(&self) -> u32 {
+        // SAFETY: For a REQ the CM fills the `req_rcvd` member of the union.
+        unsafe { self.ev.param.req_rcvd.remote_qpn }
+    }
+
+    /// The port the request arrived on.
+    pub fn port(&self) -> u32 {
+        // SAFETY: As for `remote_qpn`.
+        u32::from(unsafe { self.ev.param.req_rcvd.port })
+    }
+
+    /// The new identifier, to reply with.
+    pub fn id(&self) -> &CmIdRef {
+        self.id
+    }
+
+    /// Takes the new identifier over with `handler` for its later events. Without this, the
+    /// CM rejects the request and destroys the identifier when the callback returns.
+    pub fn accept<T: Handler>(self, handler: Arc<T>) -> Result<CmId<T>> {
+        // SAFETY: The identifier is valid; `device` is set at creation and never changes.
+        let device = unsafe { Device::from_raw((*self.id.raw()).device) }.get_ref()?;
+        let raw = self.id.raw();
+        // SAFETY: We are inside the REQ callback of this new identifier: the CM delivers no
+        // other event for it until we return, so switching its handler and context is safe.
+        unsafe {
+            (*raw).cm_handler = Some(handler_callback::<T>);
+            (*raw).context = handler.into_foreign().cast_mut();
+        }
+        self.accepted.set(true);
+        // INVARIANT: handler and context set just above; the CM keeps the identifier since
+        // the callback reports acceptance.
+        Ok(CmId {
+            // SAFETY: `raw` comes from a reference, hence non-null.
+            id: unsafe { NonNull::new_unchecked(raw) },
+            _device: device,
+            _handler: PhantomData,
+        })
+    }
+}
+
+/// Receives connection requests for a service.
+pub trait ListenHandler: Send + Sync + 'static {
+    /// A request arrived: call [`Request::accept`] (and reply) to take it on, or return
+    /// without accepting (or with an error) to have the CM reject it.
+    fn request(&self, req: Request<'_>) -> Result;
+}
+
+/// # Safety
+///
+/// Called by the CM only, for the listening identifier of a [`Listener<L>`] or for a new
+/// identifier it spawned for a request (which inherits the listener's context).
+unsafe extern "C" fn listen_callback<L: ListenHandler>(
+    id: *mut bindings::ib_cm_id,
+    ev: *const bindings::ib_cm_event,
+) -> c_int {
+    // SAFETY: The CM passes a valid identifier and event for the duration of the call.
+    let (idref, ev) = unsafe { (CmIdRef::from_raw(id), &*ev) };
+    if ev.event != bindings::ib_cm_event_type_IB_CM_REQ_RECEIVED {
+        // Only requests reach a listener; a spawned identifier not accepted gets none.
+        return 0;
+    }
+    // SAFETY: The context is the listener's `Arc<L>`, alive while the listening identifier
+    // exists, which the CM guarantees while requests for it are delivered.
+    let listener = unsafe { <Arc<L> as ForeignOwnable>::borrow((*id).context) };
+    let accepted = core::cell::Cell::new(false);
+    let ret = listener.request(Request {
+        id: idref,
+        ev,
+        accepted: &accepted,
+    });
+    if accepted.get() {
+        // Owned by a `CmId` now; errors after acceptance are the owner's to handle.
+        0
+    } else {
+        // Non-zero makes the CM reject and destroy the new identifier.
+        ret.err()
+            .map_or(-(bindings::ECONNREFUSED as c_int), |e| e.to_errno())
+    }
+}
+
+/// A listening identifier: requests for its service go to `L`.
+///
+/// # Invariants
+///
+/// `id` is a live identifier listening with `listen_callback::<L>` and context
+/// `Arc<L>::into_foreign`, released only in `drop` after destruction.
+pub struct Listener<L: ListenHandler> {
+    id: NonNull<bindings::ib_cm_id>,
+    _device: DeviceRef,
+    _handler: PhantomData<Arc<L>>,
+}
+
+// SAFETY: As for `CmId`.
+unsafe impl<L: ListenHandler> Send for Listener<L> {}
+// SAFETY: As for `CmId`.
+unsafe impl<L: ListenHandler> Sync for Listener<L> {}
+
+impl<L: ListenHandler> Listener<L> {
+    /// Listens for requests to `service_id` on `device`.
+    pub fn new(device: &Device, service_id: u64, handler: Arc<L>) -> Result<Self> {
+        let device = device.get_ref()?;
+        let ctx = handler.into_foreign();
+        // SAFETY: As in `CmId::new`.
+        let id = unsafe {
+            bindings::ib_create_cm_id(device.as_raw(), Some(listen_callback::<L>), ctx.cast_mut())
+        };
+        let id = match from_err_ptr(id).map(NonNull::new) {
+            Ok(Some(id)) => id,
+            Ok(None) | Err(_) => {
+                // SAFETY: `ctx` was not handed to the CM.
+                drop(unsafe { <Arc<L> as ForeignOwnable>::from_foreign(ctx) });
+                return Err(from_err_ptr(id).err().unwrap_or(EINVAL));
+            }
+        };
+        // INVARIANT: created with our callback and context; listening below.
+        let this = Self {
+            id,
+            _device: device,
+            _handler: PhantomData,
+        };
+        // SAFETY: The identifier is live.
+        to_result(unsafe { bindings::ib_cm_listen(id.as_ptr(), service_id.to_be()) })?;
+        Ok(this)
+    }
+}
+
+impl<L: ListenHandler> Drop for Listener<L> {
+    fn drop(&mut self) {
+        let id = self.id.as_ptr();
+        // SAFETY: As for `CmId`: no callback runs after destruction. Identifiers spawned for
+        // requests that were accepted carry their own context.
+        unsafe {
+            let ctx = (*id).context;
+            bindings::ib_destroy_cm_id(id);
+            drop(<Arc<L> as ForeignOwnable>::from_foreign(ctx));
+        }
+    }
+}
