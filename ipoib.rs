@@ -10,7 +10,9 @@ use kernel::{
     rdma::{
         client::{self, Client},
         device::{Device, Protocol},
+        event::{AsyncEvent, EventHandler, EventRegistration},
     },
+    sync::Arc,
 };
 
 /// Wire formats, shared byte for byte with C peers; also built and tested on the host.
@@ -56,6 +58,36 @@ kernel::ib_client_vtable!(IpoibClient);
 struct IpoibDevice {
     /// Ports of the device that IPoIB serves (InfiniBand or RoCE).
     ports: KVec<u32>,
+    /// Port and address events of the device.
+    _events: Pin<KBox<EventRegistration<PortEvents>>>,
+}
+
+/// Follows the ports of one device.
+struct PortEvents {
+    /// The ports IPoIB serves on this device.
+    ports: KVec<u32>,
+}
+
+impl EventHandler for PortEvents {
+    fn event(&self, device: &Device, event: AsyncEvent) {
+        let (port, what) = match event {
+            AsyncEvent::PortActive(p) => (p, "port active"),
+            AsyncEvent::PortError(p) => (p, "port down"),
+            AsyncEvent::GidChange(p) => (p, "GID table changed"),
+            AsyncEvent::PkeyChange(p) => (p, "P_Key table changed"),
+            AsyncEvent::LidChange(p) => (p, "LID changed"),
+            AsyncEvent::SmChange(p) => (p, "subnet manager changed"),
+            AsyncEvent::ClientReregister(p) => (p, "client reregister requested"),
+            AsyncEvent::DeviceFatal => {
+                pr_err!("{}: device failed\n", device.name());
+                return;
+            }
+            AsyncEvent::Other(_) => return,
+        };
+        if self.ports.contains(&port) {
+            pr_info!("{} port {}: {}\n", device.name(), port, what);
+        }
+    }
 }
 
 impl Client for IpoibClient {
@@ -73,7 +105,19 @@ impl Client for IpoibClient {
             pr_info!("{}: no InfiniBand or RoCE port, ignored\n", device.name());
             return Err(ENODEV);
         }
-        Ok(KBox::new(IpoibDevice { ports }, GFP_KERNEL)?)
+        let mut watched = KVec::with_capacity(ports.len(), GFP_KERNEL)?;
+        for &p in ports.iter() {
+            watched.push(p, GFP_KERNEL)?;
+        }
+        let handler = Arc::new(PortEvents { ports: watched }, GFP_KERNEL)?;
+        let events = KBox::pin_init(EventRegistration::new(device, handler), GFP_KERNEL)?;
+        Ok(KBox::new(
+            IpoibDevice {
+                ports,
+                _events: events,
+            },
+            GFP_KERNEL,
+        )?)
     }
 
     fn remove(device: &Device, data: KBox<IpoibDevice>) {

@@ -77,3 +77,9 @@ void rust_helper_ib_dma_sync_single_for_device(struct ib_device *dev, u64 addr, 
 {
 	ib_dma_sync_single_for_device(dev, addr, size, dir);
 }
+
+void rust_helper_ib_init_event_handler(struct ib_event_handler *handler, struct ib_device *device,
+				       void (*cb)(struct ib_event_handler *, struct ib_event *))
+{
+	INIT_IB_EVENT_HANDLER(handler, device, cb);
+}

@@ -17,5 +17,6 @@ pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod dma;
+pub mod event;
 pub mod pd;
 pub mod qp;

@@ -7,7 +7,7 @@
 CYCLES=20
 
 ktap_print_header
-ktap_set_plan 7
+ktap_set_plan 8
 
 if ! modinfo "$MODULE" >/dev/null 2>&1; then
 	ktap_skip_all "module $MODULE not installed"
@@ -44,6 +44,23 @@ hotplug() {
 	ip link del ipoibdummy0
 }
 ipoib_check "device added and removed while loaded" hotplug
+
+# Port and address events of the devices reach the module.
+port_events() {
+	klog_mark
+	ip link set veth1 down || return 1
+	wait_for 5 eval 'klog_since | grep -q "$MODULE: rxe1 port 1: port down"' ||
+		{ echo "no port down event"; return 1; }
+	ip link set veth1 up || return 1
+	wait_for 10 eval 'klog_since | grep -q "$MODULE: rxe1 port 1: port active"' ||
+		{ echo "no port active event"; return 1; }
+	ip addr add 192.0.2.12/24 dev veth1 || return 1
+	wait_for 5 eval 'klog_since | grep -q "$MODULE: rxe1 port 1: GID table changed"' ||
+		{ echo "no GID change event"; return 1; }
+	ip addr del 192.0.2.12/24 dev veth1
+	wait_for 10 port_active rxe1 1
+}
+ipoib_check "port down, port up and address change events logged" port_events
 
 klog_mark
 ipoib_check "rmmod $MODULE" rmmod "$MODULE"
