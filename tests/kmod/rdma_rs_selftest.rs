@@ -22,6 +22,7 @@ use kernel::{
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
         qp::{QpCaps, QpType, QueuePair},
+        srq::SharedReceiveQueue,
     },
     sync::{Arc, CondVar, Mutex},
     time::{ktime_ms_delta, msecs_to_jiffies, Ktime},
@@ -120,6 +121,7 @@ impl Endpoint {
             &pd,
             send_cq.clone(),
             recv_cq.clone(),
+            None,
             caps,
             OWNER,
         )?;
@@ -312,12 +314,18 @@ const F_BAD: u32 = 32;
 /// One end of an RC connection: its queue pair and what its CM events told it.
 struct RcEnd {
     qp: Pin<KBox<QueuePair>>,
+    srq: Option<Arc<SharedReceiveQueue>>,
     signal: Arc<Waiter>,
     rej_reason: AtomicU32,
 }
 
 impl RcEnd {
-    fn new(ep: &Endpoint, signal: Arc<Waiter>) -> Result<Arc<Self>> {
+    /// A new RC end on `ep`, receiving into `srq` if given, else into its own queue.
+    fn new(
+        ep: &Endpoint,
+        signal: Arc<Waiter>,
+        srq: Option<Arc<SharedReceiveQueue>>,
+    ) -> Result<Arc<Self>> {
         let caps = QpCaps {
             max_send_wr: 4,
             max_recv_wr: 4,
@@ -329,17 +337,23 @@ impl RcEnd {
             &ep.pd,
             ep.send_cq.clone(),
             ep.recv_cq.clone(),
+            srq.clone(),
             caps,
             OWNER,
         )?;
         qp.init_rc(PORT, 0)?;
         for _ in 0..2 {
             let buf = DmaBuffer::new(&ep.device, RC_MSG, DmaDirection::FromDevice, GFP_KERNEL)?;
-            qp.post_recv(buf).map_err(|(e, _)| e)?;
+            match &srq {
+                Some(srq) => srq.post_recv(buf),
+                None => qp.post_recv(buf),
+            }
+            .map_err(|(e, _)| e)?;
         }
         Ok(Arc::new(
             RcEnd {
                 qp,
+                srq,
                 signal,
                 rej_reason: AtomicU32::new(0),
             },
@@ -376,10 +390,12 @@ impl cm::Handler for RcEnd {
     }
 }
 
-/// The passive side on rxe1: accepts requests carrying "ipoib-rs" with a fresh RC QP.
+/// The passive side on rxe1: accepts requests carrying "ipoib-rs" with a fresh RC QP that
+/// receives from the shared receive queue.
 #[pin_data]
 struct Passive {
     ep: Endpoint,
+    srq: Arc<SharedReceiveQueue>,
     #[pin]
     conn: Mutex<Option<CmId<RcEnd>>>,
     signal: Arc<Waiter>,
@@ -391,9 +407,9 @@ impl ListenHandler for Passive {
             self.signal.set(F_BAD);
             return Err(EINVAL);
         }
-        let end = RcEnd::new(&self.ep, self.signal.clone())?;
+        let end = RcEnd::new(&self.ep, self.signal.clone(), Some(self.srq.clone()))?;
         req.id().modify_qp_for_rep(&end.qp, 0x1234)?;
-        req.id().send_rep(&end.qp, 0x1234, b"rep-data", false, 7)?;
+        req.id().send_rep(&end.qp, 0x1234, b"rep-data", true, 7)?;
         let id = req.accept(end)?;
         *self.conn.lock() = Some(id);
         Ok(())
@@ -423,7 +439,11 @@ fn recv_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
         pr_info!("# no RC receive completion on {}\n", ep.device.name());
         EAGAIN
     })?;
-    let buf = end.qp.complete_recv(&wc).ok_or(EINVAL)?;
+    let buf = match &end.srq {
+        Some(srq) => srq.complete_recv(&wc),
+        None => end.qp.complete_recv(&wc),
+    }
+    .ok_or(EINVAL)?;
     if wc.status() != WcStatus::Success || wc.byte_len() as usize != RC_MSG {
         pr_info!(
             "# RC receive status {:?}, {} bytes\n",
@@ -464,9 +484,11 @@ fn connected(report: &mut Report) -> Result {
     let passive_signal = waiter()?;
     let ep = Endpoint::new(c_str!("rxe1"), [192, 0, 2, 2])?;
     let signal = passive_signal.clone();
+    let srq = SharedReceiveQueue::new(&ep.pd, 8)?;
     let passive = Arc::pin_init(
         pin_init!(Passive {
             ep,
+            srq,
             conn <- new_mutex!(None),
             signal,
         }),
@@ -475,7 +497,7 @@ fn connected(report: &mut Report) -> Result {
     let listener = Listener::new(&passive.ep.device, SERVICE_ID, passive.clone())?;
 
     let active_signal = waiter()?;
-    let active = RcEnd::new(&a, active_signal.clone())?;
+    let active = RcEnd::new(&a, active_signal.clone(), None)?;
     let id = CmId::new(&a.device, active.clone())?;
     let sgid_attr = GidAttr::get(&a.device, PORT, a.gid_index)?;
     let path = PathRecord::roce_v2(&a.gid, &b_gid, Mtu::Mtu1024, [0; 6]);
@@ -506,7 +528,10 @@ fn connected(report: &mut Report) -> Result {
         send_rc(&passive.ep, &b_end, 5)?;
         recv_rc(&a, &active, 5)
     })();
-    report.check("RC: 64 KiB message each way, contents intact", transfer);
+    report.check(
+        "RC: 64 KiB message each way (passive side on an SRQ), contents intact",
+        transfer,
+    );
 
     let disconnect = id
         .id()
@@ -516,7 +541,7 @@ fn connected(report: &mut Report) -> Result {
     report.check("CM: DREQ answered by DREP", disconnect);
 
     let rej_signal = waiter()?;
-    let rejected = RcEnd::new(&a, rej_signal.clone())?;
+    let rejected = RcEnd::new(&a, rej_signal.clone(), None)?;
     let rej_id = CmId::new(&a.device, rejected.clone())?;
     let rej = rej_id
         .id()

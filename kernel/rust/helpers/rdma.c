@@ -83,3 +83,9 @@ void rust_helper_ib_init_event_handler(struct ib_event_handler *handler, struct 
 {
 	INIT_IB_EVENT_HANDLER(handler, device, cb);
 }
+
+int rust_helper_ib_post_srq_recv(struct ib_srq *srq, const struct ib_recv_wr *recv_wr,
+				 const struct ib_recv_wr **bad_recv_wr)
+{
+	return ib_post_srq_recv(srq, recv_wr, bad_recv_wr);
+}

@@ -20,3 +20,4 @@ pub mod dma;
 pub mod event;
 pub mod pd;
 pub mod qp;
+pub mod srq;

@@ -16,6 +16,7 @@ use super::{
     device::Gid,
     dma::DmaBuffer,
     pd::ProtectionDomain,
+    srq::SharedReceiveQueue,
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
@@ -24,6 +25,7 @@ use crate::{
         code::{EINVAL, ENOSPC},
         from_err_ptr, to_result, Error, Result,
     },
+    ffi::c_int,
     new_spinlock,
     prelude::*,
     str::CStr,
@@ -49,7 +51,7 @@ pub struct QpCaps {
 
 /// Numbers every queue pair of this kernel, so that a completion left in a shared CQ by a
 /// destroyed queue pair is never taken for one of a new queue pair at the same address.
-static QP_SERIAL: AtomicU32 = AtomicU32::new(1);
+pub(crate) static QP_SERIAL: AtomicU32 = AtomicU32::new(1);
 
 /// A buffer posted for a send, with what must live until the send completes.
 struct SendSlot {
@@ -66,7 +68,84 @@ pub enum QpType {
     Rc,
 }
 
-/// Posted buffers by work request index; `wr_id` = serial << 32 | index.
+/// Receive buffers posted to a queue pair or a shared receive queue, by work request index;
+/// `wr_id` = serial << 32 | index, the serial naming the queue.
+///
+/// # Invariants
+///
+/// Every `Some` slot holds the buffer of a receive posted with that slot's `wr_id` and not
+/// yet completed through this object.
+#[pin_data]
+pub(crate) struct RecvRing {
+    serial: u32,
+    #[pin]
+    slots: SpinLock<Slots<DmaBuffer>>,
+}
+
+impl RecvRing {
+    pub(crate) fn new(n: u32) -> Result<impl PinInit<Self>> {
+        let slots = Slots::new(n)?;
+        let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
+        Ok(pin_init!(Self {
+            serial,
+            slots <- new_spinlock!(slots, "RecvRing::slots"),
+        }))
+    }
+
+    /// Posts `buf` through `post` (which hands the request to the device and returns its
+    /// status); keeps the buffer until its completion.
+    pub(crate) fn post(
+        &self,
+        buf: DmaBuffer,
+        lkey: u32,
+        post: impl FnOnce(&bindings::ib_recv_wr) -> c_int,
+    ) -> core::result::Result<(), (Error, DmaBuffer)> {
+        let Ok(length) = u32::try_from(buf.len()) else {
+            return Err((EINVAL, buf));
+        };
+        let mut slots = self.slots.lock();
+        let Some(index) = slots.free_index() else {
+            return Err((ENOSPC, buf));
+        };
+        let mut sge = bindings::ib_sge {
+            addr: buf.dma_addr(),
+            length,
+            lkey,
+        };
+        // SAFETY: All-zero is a valid `ib_recv_wr`.
+        let mut wr: bindings::ib_recv_wr = unsafe { core::mem::zeroed() };
+        wr.__bindgen_anon_1.wr_id = (u64::from(self.serial) << 32) | index as u64;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        buf.sync_for_device();
+        if let Err(e) = to_result(post(&wr)) {
+            buf.sync_for_cpu();
+            return Err((e, buf));
+        }
+        // INVARIANT: the buffer of the posted request is kept in its slot.
+        slots.entries[index] = Some(buf);
+        Ok(())
+    }
+
+    /// Takes back the buffer that `wc` completes, if `wc` names one of our requests.
+    pub(crate) fn complete(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {
+        let id = wc.wr_id();
+        if (id >> 32) as u32 != self.serial {
+            return None;
+        }
+        // INVARIANT: the device is done with the request `wc` completes.
+        let buf = self
+            .slots
+            .lock()
+            .entries
+            .get_mut((id & 0xffff_ffff) as usize)?
+            .take()?;
+        buf.sync_for_cpu();
+        Some(buf)
+    }
+}
+
+/// Posted buffers by work request index.
 struct Slots<T> {
     entries: KVec<Option<T>>,
     next: usize,
@@ -108,8 +187,9 @@ pub struct QueuePair {
     #[pin]
     send: SpinLock<Slots<SendSlot>>,
     #[pin]
-    recv: SpinLock<Slots<DmaBuffer>>,
+    recv: RecvRing,
     pd: Arc<ProtectionDomain>,
+    srq: Option<Arc<SharedReceiveQueue>>,
     _send_cq: Arc<dyn RawCompletionQueue>,
     _recv_cq: Arc<dyn RawCompletionQueue>,
 }
@@ -128,6 +208,7 @@ impl QueuePair {
         pd: &Arc<ProtectionDomain>,
         send_cq: Arc<dyn RawCompletionQueue>,
         recv_cq: Arc<dyn RawCompletionQueue>,
+        srq: Option<Arc<SharedReceiveQueue>>,
         caps: QpCaps,
         owner: &'static CStr,
     ) -> Result<Pin<KBox<Self>>> {
@@ -140,13 +221,19 @@ impl QueuePair {
         attr.cap.max_send_sge = caps.max_send_sge;
         attr.cap.max_recv_sge = caps.max_recv_sge;
         attr.sq_sig_type = bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
+        if let Some(srq) = &srq {
+            // Receives come from the shared queue; this queue pair has none of its own.
+            attr.srq = srq.as_raw();
+            attr.cap.max_recv_wr = 0;
+            attr.cap.max_recv_sge = 0;
+        }
         attr.qp_type = match qp_type {
             QpType::Ud => bindings::ib_qp_type_IB_QPT_UD,
             QpType::Rc => bindings::ib_qp_type_IB_QPT_RC,
         };
         let send = Slots::new(caps.max_send_wr)?;
-        let recv = Slots::new(caps.max_recv_wr)?;
-        // SAFETY: `pd` and both CQs are valid (we hold references, kept in the object);
+        let recv = RecvRing::new(if srq.is_some() { 0 } else { caps.max_recv_wr })?;
+        // SAFETY: `pd`, both CQs and the SRQ are valid (we hold references, kept in the object);
         // `attr` is valid for the call; `owner` is a static string.
         let qp = from_err_ptr(unsafe {
             bindings::ib_create_qp_kernel(pd.as_raw(), &mut attr, owner.as_char_ptr())
@@ -158,8 +245,9 @@ impl QueuePair {
             qp_type,
             serial,
             send <- new_spinlock!(send, "QueuePair::send"),
-            recv <- new_spinlock!(recv, "QueuePair::recv"),
+            recv <- recv,
             pd: pd.clone(),
+            srq,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
         });
@@ -274,38 +362,19 @@ impl QueuePair {
             .then_some((id & 0xffff_ffff) as usize)
     }
 
-    /// Posts `buf` to receive one datagram (40 bytes of GRH space, then the payload).
-    /// On failure the buffer comes back with the error.
+    /// Posts `buf` to receive one message (on UD: 40 bytes of GRH space, then the
+    /// datagram). On failure, or for a queue pair on an SRQ, the buffer comes back with the
+    /// error.
     pub fn post_recv(&self, buf: DmaBuffer) -> core::result::Result<(), (Error, DmaBuffer)> {
-        let Ok(length) = u32::try_from(buf.len()) else {
+        if self.srq.is_some() {
             return Err((EINVAL, buf));
-        };
-        let mut slots = self.recv.lock();
-        let Some(index) = slots.free_index() else {
-            return Err((ENOSPC, buf));
-        };
-        let mut sge = bindings::ib_sge {
-            addr: buf.dma_addr(),
-            length,
-            lkey: self.pd.local_dma_lkey(),
-        };
-        // SAFETY: All-zero is a valid `ib_recv_wr`.
-        let mut wr: bindings::ib_recv_wr = unsafe { core::mem::zeroed() };
-        wr.__bindgen_anon_1.wr_id = self.wr_id(index);
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        buf.sync_for_device();
-        let mut bad = core::ptr::null();
-        // SAFETY: `qp` is valid; `wr` and `sge` are valid for the call; `sge` describes the
-        // mapping of `buf`, which stays in the slot (owned by this object) until completed.
-        let ret = unsafe { bindings::ib_post_recv(self.qp.as_ptr(), &wr, &mut bad) };
-        if let Err(e) = to_result(ret) {
-            buf.sync_for_cpu();
-            return Err((e, buf));
         }
-        // INVARIANT: the buffer of the posted request is kept in its slot.
-        slots.entries[index] = Some(buf);
-        Ok(())
+        self.recv.post(buf, self.pd.local_dma_lkey(), |wr| {
+            let mut bad = core::ptr::null();
+            // SAFETY: `qp` is valid; `wr` is valid for the call and describes a buffer the
+            // ring keeps until the request completes.
+            unsafe { bindings::ib_post_recv(self.qp.as_ptr(), wr, &mut bad) }
+        })
     }
 
     /// Posts the first `len` bytes of `buf` as one datagram to QP `remote_qpn` with Q_Key
@@ -387,13 +456,12 @@ impl QueuePair {
     }
 
     /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU;
-    /// `None` if `wc` is not a receive completion of this queue pair.
+    /// `None` if `wc` is not a receive completion of this queue pair's own receive queue.
     pub fn complete_recv(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {
-        let index = self.slot_of(wc)?;
-        // INVARIANT: the device is done with the request `wc` completes.
-        let buf = self.recv.lock().entries.get_mut(index)?.take()?;
-        buf.sync_for_cpu();
-        Some(buf)
+        if wc.qp() != self.qp.as_ptr() {
+            return None;
+        }
+        self.recv.complete(wc)
     }
 
     /// Takes back the buffer of the send that `wc` completes; `None` if `wc` is not a send
