@@ -108,6 +108,30 @@ for g in "${guests[@]}"; do
 		esac
 	done < <(tr -d '\r' <"$results" 2>/dev/null)
 
+	# KUnit runs the kernel crate's doctests at boot: the same in every guest, so read them
+	# from the first one. Ours are reported one by one, the rest as one suite line.
+	if [ "$g" = "${guests[0]}" ]; then
+		kunit=$(grep -a -E '^\[[ 0-9.]+\]     (not )?ok [0-9]+ rust_doctest_' "$console" |
+			sed -E 's/^\[[^]]*\]     //' || true)
+		if [ -z "$kunit" ]; then
+			report fail "$topology/$g: kunit: rust doctests ran" "no KUnit output on the console"
+		else
+			while IFS= read -r line; do
+				name=${line##* }
+				case "$line" in
+				"not ok"*) report fail "$topology/$g: kunit: $name" ;;
+				*rdma_* | *net_dev_* | *net_skb_* | *net_mcast_* | *spinlock_bh_*)
+					report ok "$topology/$g: kunit: $name" ;;
+				esac
+			done <<<"$kunit"
+			total=$(echo "$kunit" | wc -l)
+			if grep -a -qE '^\[[ 0-9.]+\] ok [0-9]+ rust_doctests_kernel' "$console"; then
+				report ok "$topology/$g: kunit: rust_doctests_kernel suite ($total doctests)"
+			else
+				report fail "$topology/$g: kunit: rust_doctests_kernel suite ($total doctests)"
+			fi
+		fi
+	fi
 	if grep -q "IPOIB-RS-GUEST: done rc=" "$console"; then
 		report ok "$topology/$g: guest booted and finished"
 	else

@@ -265,6 +265,17 @@ impl fmt::Display for PortState {
 }
 
 /// An IB MTU: the largest payload of one packet on the fabric (`enum ib_mtu`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::device::Mtu;
+///
+/// assert_eq!(Mtu::Mtu256.bytes(), 256);
+/// assert_eq!(Mtu::Mtu1024.bytes(), 1024);
+/// assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+/// assert!(Mtu::Mtu2048 < Mtu::Mtu4096);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mtu {
     /// 256 bytes.
@@ -346,6 +357,19 @@ impl PortAttr {
 }
 
 /// A 128-bit global identifier (`union ib_gid`): subnet prefix then interface ID, big-endian.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{fmt, rdma::device::Gid, str::CString};
+///
+/// let gid = Gid([
+///     0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x52, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56,
+/// ]);
+/// let text = CString::try_from_fmt(fmt!("{gid}"))?;
+/// assert_eq!(text.to_str()?, "fe80:0000:0000:0000:5254:00ff:fe12:3456");
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Gid(pub [u8; 16]);
 

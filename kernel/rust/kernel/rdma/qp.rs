@@ -26,10 +26,10 @@ use crate::{
         from_err_ptr, to_result, Error, Result,
     },
     ffi::c_int,
-    new_spinlock,
+    new_spinlock_bh,
     prelude::*,
     str::CStr,
-    sync::{Arc, SpinLock},
+    sync::{Arc, SpinLockBh},
 };
 use core::{
     ptr::NonNull,
@@ -79,7 +79,7 @@ pub enum QpType {
 pub(crate) struct RecvRing {
     serial: u32,
     #[pin]
-    slots: SpinLock<Slots<DmaBuffer>>,
+    slots: SpinLockBh<Slots<DmaBuffer>>,
 }
 
 impl RecvRing {
@@ -88,7 +88,7 @@ impl RecvRing {
         let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
         Ok(pin_init!(Self {
             serial,
-            slots <- new_spinlock!(slots, "RecvRing::slots"),
+            slots <- new_spinlock_bh!(slots, "RecvRing::slots"),
         }))
     }
 
@@ -185,7 +185,7 @@ pub struct QueuePair {
     qp_type: QpType,
     serial: u32,
     #[pin]
-    send: SpinLock<Slots<SendSlot>>,
+    send: SpinLockBh<Slots<SendSlot>>,
     #[pin]
     recv: RecvRing,
     pd: Arc<ProtectionDomain>,
@@ -244,7 +244,7 @@ impl QueuePair {
             qp,
             qp_type,
             serial,
-            send <- new_spinlock!(send, "QueuePair::send"),
+            send <- new_spinlock_bh!(send, "QueuePair::send"),
             recv <- recv,
             pd: pd.clone(),
             srq,
