@@ -68,6 +68,12 @@ impl NetDevice {
         }
     }
 
+    /// The length of the device's hardware addresses.
+    pub fn addr_len(&self) -> usize {
+        // SAFETY: The device is valid; `addr_len` is set before registration.
+        usize::from(unsafe { (*self.as_raw()).addr_len })
+    }
+
     /// Tells the stack the link is up.
     pub fn carrier_on(&self) {
         // SAFETY: The device is valid; callable from any context.
@@ -266,6 +272,24 @@ pub trait Operations: Sized + 'static {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
+    /// Builds the link-layer header of an outgoing packet (`header_ops->create`): pushes it in
+    /// front of `skb`'s data for protocol `ethertype` to `daddr` (the destination hardware
+    /// address, `None` when the stack has none) and returns its length.
+    fn header_create(
+        _skb: &mut SkBuff,
+        _dev: &NetDevice,
+        _ethertype: u16,
+        _daddr: Option<&[u8]>,
+    ) -> Result<u32> {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Fills in the source hardware address of a received packet (`header_ops->parse`) and
+    /// returns its length.
+    fn header_parse(_skb: &SkBuff, _dev: &NetDevice, _haddr: &mut [u8]) -> Result<u32> {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
     /// Fills the interface counters.
     fn get_stats64(
         _dev: &NetDevice,
@@ -296,6 +320,71 @@ impl<T: Operations> Adapter<T> {
         // SAFETY: The other members are optional callbacks and integers; zero is `None`/0.
         ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
     };
+
+    const HEADER_OPS: bindings::header_ops = bindings::header_ops {
+        create: if T::HAS_HEADER_CREATE {
+            Some(Self::header_create_callback)
+        } else {
+            None
+        },
+        parse: if T::HAS_HEADER_PARSE {
+            Some(Self::header_parse_callback)
+        } else {
+            None
+        },
+        // SAFETY: The other members are optional callbacks; zero is `None`.
+        ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
+    };
+
+    /// # Safety
+    ///
+    /// Called by the networking core only, for a device of ours, with an skb it owns and
+    /// lends us for the call; `daddr` is null or points to `addr_len` bytes.
+    unsafe extern "C" fn header_create_callback(
+        skb: *mut bindings::sk_buff,
+        dev: *mut bindings::net_device,
+        ty: crate::ffi::c_ushort,
+        daddr: *const c_void,
+        _saddr: *const c_void,
+        _len: crate::ffi::c_uint,
+    ) -> c_int {
+        // SAFETY: `dev` is valid for the call.
+        let ndev = unsafe { NetDevice::from_raw(dev) };
+        let daddr = (!daddr.is_null()).then(|| {
+            // SAFETY: A non-null `daddr` points to `addr_len` bytes for the call.
+            unsafe { core::slice::from_raw_parts(daddr.cast::<u8>(), ndev.addr_len()) }
+        });
+        // SAFETY: The core lends us the skb for the call: wrap it without taking ownership
+        // (`ManuallyDrop`), so it is neither freed nor consumed here.
+        let mut skb = core::mem::ManuallyDrop::new(unsafe { SkBuff::from_raw(skb) });
+        match T::header_create(&mut skb, ndev, ty, daddr) {
+            Ok(len) => c_int::try_from(len).unwrap_or(c_int::MAX),
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the networking core only, for a device of ours, with a valid skb lent for
+    /// the call and `haddr` pointing to `MAX_ADDR_LEN` writable bytes.
+    unsafe extern "C" fn header_parse_callback(
+        skb: *const bindings::sk_buff,
+        dev: *const bindings::net_device,
+        haddr: *mut crate::ffi::c_uchar,
+    ) -> c_int {
+        // SAFETY: As documented above; the skb is only read.
+        let (ndev, skb, haddr) = unsafe {
+            (
+                NetDevice::from_raw(dev.cast_mut()),
+                core::mem::ManuallyDrop::new(SkBuff::from_raw(skb.cast_mut())),
+                core::slice::from_raw_parts_mut(haddr, bindings::MAX_ADDR_LEN as usize),
+            )
+        };
+        match T::header_parse(&skb, ndev, haddr) {
+            Ok(len) => c_int::try_from(len).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
 
     /// # Safety
     ///
@@ -446,6 +535,9 @@ impl<T: Operations> Registration<T> {
         unsafe {
             bindings::dev_addr_set(raw, hw_addr.as_ptr());
             (*raw).netdev_ops = &Adapter::<T>::OPS;
+            if T::HAS_HEADER_CREATE || T::HAS_HEADER_PARSE {
+                (*raw).header_ops = &Adapter::<T>::HEADER_OPS;
+            }
             *bindings::netdev_priv(raw).cast::<*const c_void>() = data.into_foreign();
         }
         // SAFETY: The device is fully set up.

@@ -36,7 +36,7 @@ transmit() {
 	echo "tx_packets $before -> $after, tx_bytes $(cat /sys/class/net/$DEV/statistics/tx_bytes)"
 	[ $((after - before)) -eq 5 ] && [ "$(cat /sys/class/net/$DEV/statistics/tx_dropped)" = 0 ]
 }
-ipoib_check "5 pings transmitted and counted, none dropped" transmit
+ipoib_check "5 pings built by header_ops, transmitted and counted, none dropped" transmit
 ipoib_check "MTU 4000 accepted" eval 'ip link set "$DEV" mtu 4000 && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]'
 mtu_refused() {
 	! ip link set "$DEV" mtu 4001 2>/dev/null && ! ip link set "$DEV" mtu 9002 2>/dev/null &&
