@@ -5,7 +5,8 @@
 //!
 //! Loading it registers `rsnettest0`: a point-to-point device without ARP that counts what
 //! it transmits, builds a 4-byte marker header through `header_ops` that transmit checks and
-//! pulls off again (exercising skb push/pull), reports
+//! pulls off again (exercising skb push/pull), loops every packet back through its NAPI
+//! context and counts it as received, reports
 //! its counters through `get_stats64`, accepts MTUs up to 9000 except odd ones, and logs
 //! open and stop. Unloading unregisters it.
 
@@ -14,9 +15,12 @@ use kernel::{
     c_str,
     net::{
         dev::{self, NetDevice, Operations, Registration, Setup, Stats64, TxResult},
+        napi::{Napi, NapiHandle},
         skb::SkBuff,
     },
+    new_spinlock_bh,
     prelude::*,
+    sync::{Arc, ArcBorrow, SpinLockBh},
 };
 
 module! {
@@ -32,18 +36,27 @@ const IFF_POINTOPOINT: u32 = 0x10;
 const IFF_NOARP: u32 = 0x80;
 const MARKER: [u8; 4] = [0x52, 0x55, 0x53, 0x54];
 
-/// Counters of the test device.
+/// State of the test device: counters, and the packets waiting for the NAPI poll that
+/// loops them back.
+#[pin_data]
 struct Counters {
     tx_packets: AtomicU64,
     tx_bytes: AtomicU64,
     tx_dropped: AtomicU64,
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    #[pin]
+    backlog: SpinLockBh<KVec<SkBuff>>,
+    napi: NapiHandle,
 }
+
+const ETH_P_IP: u16 = 0x0800;
 
 struct TestDevice;
 
 #[vtable]
 impl Operations for TestDevice {
-    type Data = KBox<Counters>;
+    type Data = Arc<Counters>;
 
     fn setup(dev: &mut Setup) {
         dev.set_type(ARPHRD_NONE);
@@ -56,14 +69,14 @@ impl Operations for TestDevice {
         }
     }
 
-    fn open(dev: &NetDevice, _data: &Counters) -> Result {
+    fn open(dev: &NetDevice, _data: ArcBorrow<'_, Counters>) -> Result {
         dev.start_queue();
         dev.carrier_on();
         pr_info!("{}: open\n", dev.name());
         Ok(())
     }
 
-    fn stop(dev: &NetDevice, _data: &Counters) -> Result {
+    fn stop(dev: &NetDevice, _data: ArcBorrow<'_, Counters>) -> Result {
         dev.stop_queue();
         dev.carrier_off();
         pr_info!("{}: stop\n", dev.name());
@@ -80,7 +93,7 @@ impl Operations for TestDevice {
         Ok(MARKER.len() as u32)
     }
 
-    fn start_xmit(mut skb: SkBuff, _dev: &NetDevice, data: &Counters) -> TxResult {
+    fn start_xmit(mut skb: SkBuff, _dev: &NetDevice, data: ArcBorrow<'_, Counters>) -> TxResult {
         // The stack built the header through `header_create`: the marker must lead, and the
         // packet after it must be what was sent.
         let ok = skb.data().starts_with(&MARKER) && skb.pull(MARKER.len() as u32).is_ok();
@@ -88,14 +101,43 @@ impl Operations for TestDevice {
         if ok {
             data.tx_packets.fetch_add(1, Ordering::Relaxed);
             data.tx_bytes.fetch_add(len, Ordering::Relaxed);
-            skb.consume();
+            // Loop the packet back through NAPI, up to a bounded backlog.
+            let mut backlog = data.backlog.lock();
+            if backlog.len() < 64 && backlog.push(skb, GFP_ATOMIC).is_ok() {
+                drop(backlog);
+                data.napi.schedule();
+            }
         } else {
             data.tx_dropped.fetch_add(1, Ordering::Relaxed);
         }
         TxResult::Ok
     }
 
-    fn change_mtu(dev: &NetDevice, _data: &Counters, new_mtu: u32) -> Result {
+    fn napi_poll(_dev: &NetDevice, data: ArcBorrow<'_, Counters>, napi: &Napi, budget: u32) -> u32 {
+        let batch = core::mem::take(&mut *data.backlog.lock());
+        let mut done = 0;
+        for mut skb in batch {
+            if done == budget {
+                // Over budget: keep the rest for the next round (the backlog is bounded).
+                if data.backlog.lock().push(skb, GFP_ATOMIC).is_err() {
+                    data.tx_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            skb.set_protocol(ETH_P_IP);
+            data.rx_packets.fetch_add(1, Ordering::Relaxed);
+            data.rx_bytes
+                .fetch_add(u64::from(skb.len()), Ordering::Relaxed);
+            napi.gro_receive(skb);
+            done += 1;
+        }
+        if done < budget {
+            napi.complete_done(done);
+        }
+        done
+    }
+
+    fn change_mtu(dev: &NetDevice, _data: ArcBorrow<'_, Counters>, new_mtu: u32) -> Result {
         if new_mtu % 2 == 1 {
             return Err(EINVAL);
         }
@@ -103,12 +145,16 @@ impl Operations for TestDevice {
         Ok(())
     }
 
-    fn get_stats64(_dev: &NetDevice, data: &Counters, stats: &mut Stats64) {
+    fn get_stats64(_dev: &NetDevice, data: ArcBorrow<'_, Counters>, stats: &mut Stats64) {
         stats.set_tx(
             data.tx_packets.load(Ordering::Relaxed),
             data.tx_bytes.load(Ordering::Relaxed),
         );
         stats.set_tx_errors(0, data.tx_dropped.load(Ordering::Relaxed));
+        stats.set_rx(
+            data.rx_packets.load(Ordering::Relaxed),
+            data.rx_bytes.load(Ordering::Relaxed),
+        );
     }
 }
 
@@ -118,15 +164,26 @@ struct NetSelftest {
 
 impl kernel::Module for NetSelftest {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let counters = KBox::new(
-            Counters {
+        let napi = NapiHandle::new()?;
+        let napi_for_data = napi.clone();
+        let counters = Arc::pin_init(
+            pin_init!(Counters {
                 tx_packets: AtomicU64::new(0),
                 tx_bytes: AtomicU64::new(0),
                 tx_dropped: AtomicU64::new(0),
-            },
+                rx_packets: AtomicU64::new(0),
+                rx_bytes: AtomicU64::new(0),
+                backlog <- new_spinlock_bh!(KVec::new()),
+                napi: napi_for_data,
+            }),
             GFP_KERNEL,
         )?;
-        let reg = dev::Registration::<TestDevice>::new(c_str!("rsnettest%d"), &[], counters)?;
+        let reg = dev::Registration::<TestDevice>::new(
+            c_str!("rsnettest%d"),
+            &[],
+            counters,
+            Some(&napi),
+        )?;
         pr_info!("registered {}\n", reg.device().name());
         Ok(Self { _dev: reg })
     }

@@ -82,3 +82,13 @@ void rust_helper_dev_put(struct net_device *dev)
 {
 	dev_put(dev);
 }
+
+bool rust_helper_napi_schedule(struct napi_struct *n)
+{
+	return napi_schedule(n);
+}
+
+void rust_helper_netif_napi_del(struct napi_struct *napi)
+{
+	netif_napi_del(napi);
+}

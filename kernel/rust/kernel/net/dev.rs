@@ -4,7 +4,10 @@
 //!
 //! C header: [`include/linux/netdevice.h`](srctree/include/linux/netdevice.h).
 
-use super::skb::SkBuff;
+use super::{
+    napi::{Napi, NapiHandle},
+    skb::SkBuff,
+};
 use crate::{
     bindings, build_error,
     error::{code::EINVAL, code::ENOMEM, from_result, to_result, Result},
@@ -13,6 +16,7 @@ use crate::{
     str::CStr,
     types::{AlwaysRefCounted, ForeignOwnable, Opaque},
 };
+use core::sync::atomic::Ordering;
 use core::{marker::PhantomData, ptr::NonNull};
 
 /// A network device (`struct net_device`).
@@ -290,6 +294,18 @@ pub trait Operations: Sized + 'static {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
+    /// Polls for received packets and completions in softirq context, handling at most
+    /// `budget` packets; returns how many it handled. Below `budget`, it must call
+    /// [`Napi::complete_done`]. Only runs while the interface is up.
+    fn napi_poll(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _napi: &Napi,
+        _budget: u32,
+    ) -> u32 {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
     /// Fills the interface counters.
     fn get_stats64(
         _dev: &NetDevice,
@@ -404,9 +420,46 @@ impl<T: Operations> Adapter<T> {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
             let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
-            T::open(ndev, data)?;
+            // SAFETY: The device is ours, so its NAPI context (if any) is added and disabled.
+            unsafe { Self::for_napi(dev, |n| bindings::napi_enable(n)) };
+            if let Err(e) = T::open(ndev, data) {
+                // SAFETY: Enabled just above.
+                unsafe { Self::for_napi(dev, |n| bindings::napi_disable(n)) };
+                return Err(e);
+            }
             Ok(0)
         })
+    }
+
+    /// Runs `f` on the device's NAPI context, if it has one.
+    ///
+    /// # Safety
+    ///
+    /// `dev` must be a device registered by [`Registration::<T>::new`].
+    unsafe fn for_napi(dev: *mut bindings::net_device, f: impl FnOnce(*mut bindings::napi_struct)) {
+        if T::HAS_NAPI_POLL {
+            // SAFETY: For such a device, the NAPI context is the only entry of its NAPI list,
+            // added before registration and deleted after unregistration.
+            let napi = unsafe { (*dev).napi_list.next };
+            // SAFETY: `dev_list` is the member of `napi_struct` linked into `napi_list`.
+            let napi = unsafe { crate::container_of!(napi, bindings::napi_struct, dev_list) };
+            f(napi.cast_mut());
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the networking core only, for a NAPI context of a device of ours, while the
+    /// context is enabled (the interface is up).
+    unsafe extern "C" fn napi_poll_callback(
+        napi: *mut bindings::napi_struct,
+        budget: c_int,
+    ) -> c_int {
+        // SAFETY: The context is being polled: its device is registered and ours.
+        let (napi, data) = unsafe { (Napi::from_raw(napi), Self::data((*napi).dev)) };
+        let budget = u32::try_from(budget).unwrap_or(0);
+        let done = T::napi_poll(napi.device(), data, napi, budget).min(budget);
+        c_int::try_from(done).unwrap_or(0)
     }
 
     /// # Safety
@@ -416,7 +469,11 @@ impl<T: Operations> Adapter<T> {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
             let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
-            T::stop(ndev, data)?;
+            let ret = T::stop(ndev, data);
+            // SAFETY: The device is ours and up, so its NAPI context (if any) is enabled; the
+            // core ignores a failing stop, so disable it whatever `stop` returned.
+            unsafe { Self::for_napi(dev, |n| bindings::napi_disable(n)) };
+            ret?;
             Ok(0)
         })
     }
@@ -497,6 +554,7 @@ impl<T: Operations> Adapter<T> {
 /// representation of a `T::Data` in its private area, and is registered.
 pub struct Registration<T: Operations> {
     dev: NonNull<bindings::net_device>,
+    napi: Option<NapiHandle>,
     _ops: PhantomData<T>,
 }
 
@@ -508,7 +566,31 @@ unsafe impl<T: Operations> Sync for Registration<T> {}
 impl<T: Operations> Registration<T> {
     /// Allocates a device named after `name` (`ib%d` picks the first free number), sets it up
     /// with [`Operations::setup`] and `hw_addr`, and registers it with `data`.
-    pub fn new(name: &CStr, hw_addr: &[u8], data: T::Data) -> Result<Self> {
+    ///
+    /// Operations with [`Operations::napi_poll`] need `napi`, a handle from
+    /// [`NapiHandle::new`] that no other device uses (`EBUSY` otherwise), which `data` may keep
+    /// to schedule polls.
+    pub fn new(
+        name: &CStr,
+        hw_addr: &[u8],
+        data: T::Data,
+        napi: Option<&NapiHandle>,
+    ) -> Result<Self> {
+        let napi = match (T::HAS_NAPI_POLL, napi) {
+            (true, Some(n)) => {
+                if n.0.attached.swap(true, Ordering::AcqRel) {
+                    return Err(crate::error::code::EBUSY);
+                }
+                Some(n.clone())
+            }
+            (false, None) => None,
+            _ => return Err(EINVAL),
+        };
+        let release_napi = |napi: &Option<NapiHandle>| {
+            if let Some(n) = napi {
+                n.0.attached.store(false, Ordering::Release);
+            }
+        };
         let size = core::mem::size_of::<*const c_void>() as c_int;
         // SAFETY: `name` is NUL-terminated; the setup callback is ours; one queue each way.
         let dev = unsafe {
@@ -528,6 +610,7 @@ impl<T: Operations> Registration<T> {
         if hw_addr.len() != addr_len {
             // SAFETY: Allocated above, never registered.
             unsafe { bindings::free_netdev(raw) };
+            release_napi(&napi);
             return Err(EINVAL);
         }
         // SAFETY: `raw` is valid and unregistered: we are its only user. The private area
@@ -539,6 +622,15 @@ impl<T: Operations> Registration<T> {
                 (*raw).header_ops = &Adapter::<T>::HEADER_OPS;
             }
             *bindings::netdev_priv(raw).cast::<*const c_void>() = data.into_foreign();
+            if let Some(n) = &napi {
+                // The context starts disabled; `open` enables it.
+                bindings::netif_napi_add_weight(
+                    raw,
+                    n.0.as_raw(),
+                    Some(Adapter::<T>::napi_poll_callback),
+                    bindings::NAPI_POLL_WEIGHT as i32,
+                );
+            }
         }
         // SAFETY: The device is fully set up.
         if let Err(e) = to_result(unsafe { bindings::register_netdev(raw) }) {
@@ -555,6 +647,7 @@ impl<T: Operations> Registration<T> {
         // INVARIANT: allocated, set up, holding the data, registered.
         Ok(Self {
             dev,
+            napi,
             _ops: PhantomData,
         })
     }
@@ -577,6 +670,10 @@ impl<T: Operations> Drop for Registration<T> {
             drop(T::Data::from_foreign(
                 *bindings::netdev_priv(raw).cast::<*const c_void>(),
             ));
+            if let Some(n) = &self.napi {
+                // Disabled by `stop` (or never enabled); deleted before the device is freed.
+                bindings::netif_napi_del(n.0.as_raw());
+            }
             bindings::free_netdev(raw);
         }
     }

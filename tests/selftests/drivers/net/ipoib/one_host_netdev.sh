@@ -29,14 +29,17 @@ ipoib_check "link up calls open" eval 'ip link set "$DEV" up && klog_since | gre
 
 transmit() {
 	ip addr add 198.51.100.1 peer 198.51.100.2/32 dev "$DEV" || return 1
-	local before after
+	local before after rx_before rx_after
 	before=$(cat /sys/class/net/$DEV/statistics/tx_packets)
+	rx_before=$(cat /sys/class/net/$DEV/statistics/rx_packets)
 	ping -c 5 -i 0.2 -W 1 -s 100 198.51.100.2 >/dev/null 2>&1
 	after=$(cat /sys/class/net/$DEV/statistics/tx_packets)
-	echo "tx_packets $before -> $after, tx_bytes $(cat /sys/class/net/$DEV/statistics/tx_bytes)"
-	[ $((after - before)) -eq 5 ] && [ "$(cat /sys/class/net/$DEV/statistics/tx_dropped)" = 0 ]
+	rx_after=$(cat /sys/class/net/$DEV/statistics/rx_packets)
+	echo "tx_packets $before -> $after, rx_packets $rx_before -> $rx_after"
+	[ $((after - before)) -eq 5 ] && [ $((rx_after - rx_before)) -eq 5 ] &&
+		[ "$(cat /sys/class/net/$DEV/statistics/tx_dropped)" = 0 ]
 }
-ipoib_check "5 pings built by header_ops, transmitted and counted, none dropped" transmit
+ipoib_check "5 pings built by header_ops, transmitted, looped back through NAPI, counted" transmit
 ipoib_check "MTU 4000 accepted" eval 'ip link set "$DEV" mtu 4000 && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]'
 mtu_refused() {
 	! ip link set "$DEV" mtu 4001 2>/dev/null && ! ip link set "$DEV" mtu 9002 2>/dev/null &&
