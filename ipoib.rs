@@ -2,10 +2,12 @@
 
 //! IP over InfiniBand (RFC 4391, 4392, 4755) for InfiniBand and RoCE ports.
 //!
-//! Crate root: the module and its IB client, which takes on every port of every RDMA device.
+//! Crate root: the module, its IB client, and the interfaces it creates, one per port of
+//! every RDMA device (`ib0`, `ib1`, ...), removed with the device or the module.
 
 use kernel::{
     c_str,
+    net::{dev::Registration, napi::NapiHandle},
     prelude::*,
     rdma::{
         client::{self, Client},
@@ -15,10 +17,15 @@ use kernel::{
     sync::Arc,
 };
 
+mod cq;
+mod ipoib_ud;
+mod neigh;
+mod netdev;
 /// Wire formats, shared byte for byte with C peers; also built and tested on the host.
 pub mod wire;
 
-use wire::HwAddr;
+use ipoib_ud::UdPort;
+use netdev::IpoibNetdev;
 
 module! {
     type: IpoibModule,
@@ -27,9 +34,6 @@ module! {
     description: "IP over InfiniBand, in Rust",
     license: "GPL",
 }
-
-/// The default partition: P_Key 0xffff is the one every port has, and the only one on RoCE.
-const DEFAULT_PKEY: u16 = 0xffff;
 
 struct IpoibModule {
     _client: client::Registration<IpoibClient>,
@@ -54,21 +58,25 @@ struct IpoibClient;
 
 kernel::ib_client_vtable!(IpoibClient);
 
-/// What the driver holds for one RDMA device.
+/// One interface: a port of a device and its `ibN`.
+struct IpoibPort {
+    port: u32,
+    datapath: Arc<UdPort>,
+    netdev: Registration<IpoibNetdev>,
+}
+
+/// The interfaces of one device; also told of the device's events.
+struct Ports {
+    entries: KVec<IpoibPort>,
+}
+
+/// What the driver holds for one RDMA device. The event registration goes first, so no
+/// event arrives for interfaces being removed.
 struct IpoibDevice {
-    /// Ports of the device that IPoIB serves (InfiniBand or RoCE).
-    ports: KVec<u32>,
-    /// Port and address events of the device.
-    _events: Pin<KBox<EventRegistration<PortEvents>>>,
+    events: Pin<KBox<EventRegistration<Ports>>>,
 }
 
-/// Follows the ports of one device.
-struct PortEvents {
-    /// The ports IPoIB serves on this device.
-    ports: KVec<u32>,
-}
-
-impl EventHandler for PortEvents {
+impl EventHandler for Ports {
     fn event(&self, device: &Device, event: AsyncEvent) {
         let (port, what) = match event {
             AsyncEvent::PortActive(p) => (p, "port active"),
@@ -84,8 +92,27 @@ impl EventHandler for PortEvents {
             }
             AsyncEvent::Other(_) => return,
         };
-        if self.ports.contains(&port) {
-            pr_info!("{} port {}: {}\n", device.name(), port, what);
+        let Some(p) = self.entries.iter().find(|p| p.port == port) else {
+            return;
+        };
+        let dev = p.netdev.device();
+        pr_info!(
+            "{} port {}: {} ({})\n",
+            device.name(),
+            port,
+            what,
+            dev.name()
+        );
+        match event {
+            AsyncEvent::PortActive(_) => {
+                p.datapath.set_port_active(true);
+                dev.carrier_on();
+            }
+            AsyncEvent::PortError(_) => {
+                p.datapath.set_port_active(false);
+                dev.carrier_off();
+            }
+            _ => p.datapath.flush_neighbours(),
         }
     }
 }
@@ -95,36 +122,66 @@ impl Client for IpoibClient {
     type DeviceData = KBox<IpoibDevice>;
 
     fn add(device: &Device) -> Result<KBox<IpoibDevice>> {
-        let mut ports = KVec::new();
+        let mut entries = KVec::new();
         for port in device.ports() {
-            if log_port(device, port)? {
-                ports.push(port, GFP_KERNEL)?;
+            if !log_port(device, port)? {
+                continue;
+            }
+            match add_port(device, port) {
+                Ok(p) => entries.push(p, GFP_KERNEL)?,
+                Err(e) => pr_err!("{} port {}: no interface ({:?})\n", device.name(), port, e),
             }
         }
-        if ports.is_empty() {
-            pr_info!("{}: no InfiniBand or RoCE port, ignored\n", device.name());
+        if entries.is_empty() {
+            pr_info!(
+                "{}: no usable InfiniBand or RoCE port, ignored\n",
+                device.name()
+            );
             return Err(ENODEV);
         }
-        let mut watched = KVec::with_capacity(ports.len(), GFP_KERNEL)?;
-        for &p in ports.iter() {
-            watched.push(p, GFP_KERNEL)?;
-        }
-        let handler = Arc::new(PortEvents { ports: watched }, GFP_KERNEL)?;
-        let events = KBox::pin_init(EventRegistration::new(device, handler), GFP_KERNEL)?;
-        Ok(KBox::new(
-            IpoibDevice {
-                ports,
-                _events: events,
-            },
-            GFP_KERNEL,
-        )?)
+        let ports = Arc::new(Ports { entries }, GFP_KERNEL)?;
+        let events = KBox::pin_init(EventRegistration::new(device, ports), GFP_KERNEL)?;
+        Ok(KBox::new(IpoibDevice { events }, GFP_KERNEL)?)
     }
 
     fn remove(device: &Device, data: KBox<IpoibDevice>) {
-        for port in data.ports.iter() {
-            pr_info!("{} port {}: removed\n", device.name(), port);
+        let ports = data.events.handler().clone();
+        drop(data);
+        for p in ports.entries.iter() {
+            pr_info!(
+                "{} port {}: removed ({})\n",
+                device.name(),
+                p.port,
+                p.netdev.device().name()
+            );
         }
     }
+}
+
+/// Creates the interface of `port`.
+fn add_port(device: &Device, port: u32) -> Result<IpoibPort> {
+    let napi = NapiHandle::new()?;
+    let datapath = UdPort::new(device, port, &napi)?;
+    let mtu = datapath.mtu;
+    let netdev = Registration::<IpoibNetdev>::new(
+        c_str!("ib%d"),
+        datapath.local.as_bytes(),
+        datapath.clone(),
+        Some(&napi),
+        |setup| setup.set_mtu(mtu, 68, mtu),
+    )?;
+    pr_info!(
+        "{} port {}: {} address {}\n",
+        device.name(),
+        port,
+        netdev.device().name(),
+        datapath.local
+    );
+    Ok(IpoibPort {
+        port,
+        datapath,
+        netdev,
+    })
 }
 
 /// Logs what IPoIB sees of `port`; returns whether IPoIB can run on it.
@@ -142,7 +199,7 @@ fn log_port(device: &Device, port: u32) -> Result<bool> {
         Ok(gid) => pr_info!(
             "{name} port {port}: {protocol} ({link:?} link), state {}, active MTU {mtu}, GID[0] {gid}, broadcast {}\n",
             attr.state(),
-            HwAddr::broadcast(DEFAULT_PKEY),
+            wire::HwAddr::broadcast(wire::DEFAULT_PKEY),
         ),
         Err(e) => pr_info!(
             "{name} port {port}: {protocol} ({link:?} link), state {}, active MTU {mtu}, GID[0] unset ({e:?})\n",

@@ -24,6 +24,21 @@ pub const MAX_QPN: u32 = 0x00ff_ffff;
 /// The bit that marks a P_Key full membership.
 pub const PKEY_FULL_MEMBER: u16 = 0x8000;
 
+/// Bytes in front of every UD receive: room for the GRH (on RoCE, possibly an IPv4 header
+/// after 20 bytes of padding).
+pub const UD_GRH_LEN: usize = 40;
+/// The Q_Key of the IPoIB broadcast group when no subnet administrator sets one (RoCE):
+/// OpenSM's default for IPoIB, so RoCE nodes agree without configuration.
+pub const DEFAULT_QKEY: u32 = 0x0b1b;
+/// The default partition, full member: the only one on RoCE.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+
+/// The Ethernet address that carries IPv6 multicast `mgid` (`33:33` and its last 32 bits):
+/// the destination MAC of RoCE multicast.
+pub fn multicast_mac(mgid: &Gid) -> [u8; 6] {
+    [0x33, 0x33, mgid.0[12], mgid.0[13], mgid.0[14], mgid.0[15]]
+}
+
 /// Why bytes were refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WireError {

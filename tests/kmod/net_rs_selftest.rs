@@ -183,6 +183,7 @@ impl kernel::Module for NetSelftest {
             &[],
             counters,
             Some(&napi),
+            |_| Ok(()),
         )?;
         pr_info!("registered {}\n", reg.device().name());
         Ok(Self { _dev: reg })

@@ -92,3 +92,8 @@ void rust_helper_netif_napi_del(struct napi_struct *napi)
 {
 	netif_napi_del(napi);
 }
+
+void rust_helper_skb_reset_mac_header(struct sk_buff *skb)
+{
+	skb_reset_mac_header(skb);
+}

@@ -122,3 +122,14 @@ fn header_lengths_match_the_c_driver() {
     assert_eq!(ENCAP_HEADER_LEN, 4);
     assert_eq!(HARD_HEADER_LEN, 24);
 }
+
+#[test]
+fn multicast_mac_of_the_broadcast_group() {
+    let mgid = HwAddr::broadcast(DEFAULT_PKEY).gid();
+    assert!(mgid.is_multicast());
+    assert_eq!(multicast_mac(&mgid), [0x33, 0x33, 0xff, 0xff, 0xff, 0xff]);
+    let g = Gid([
+        0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xe0, 0x00, 0x00, 0x01,
+    ]);
+    assert_eq!(multicast_mac(&g), [0x33, 0x33, 0xe0, 0, 0, 1]);
+}

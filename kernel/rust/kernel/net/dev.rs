@@ -570,11 +570,15 @@ impl<T: Operations> Registration<T> {
     /// Operations with [`Operations::napi_poll`] need `napi`, a handle from
     /// [`NapiHandle::new`] that no other device uses (`EBUSY` otherwise), which `data` may keep
     /// to schedule polls.
+    ///
+    /// `configure` completes the set-up with values known only at run time (the MTU of the
+    /// port, for example), before the device becomes visible.
     pub fn new(
         name: &CStr,
         hw_addr: &[u8],
         data: T::Data,
         napi: Option<&NapiHandle>,
+        configure: impl FnOnce(&mut Setup) -> Result,
     ) -> Result<Self> {
         let napi = match (T::HAS_NAPI_POLL, napi) {
             (true, Some(n)) => {
@@ -607,11 +611,14 @@ impl<T: Operations> Registration<T> {
         let raw = dev.as_ptr();
         // SAFETY: `raw` is valid and unregistered; `addr_len` was set up by `T::setup`.
         let addr_len = usize::from(unsafe { (*raw).addr_len });
-        if hw_addr.len() != addr_len {
+        // SAFETY: `raw` is valid and unregistered: we are its only user; `Setup` is
+        // `repr(transparent)` over it.
+        let configured = configure(unsafe { &mut *raw.cast::<Setup>() });
+        if hw_addr.len() != addr_len || configured.is_err() {
             // SAFETY: Allocated above, never registered.
             unsafe { bindings::free_netdev(raw) };
             release_napi(&napi);
-            return Err(EINVAL);
+            return Err(configured.err().unwrap_or(EINVAL));
         }
         // SAFETY: `raw` is valid and unregistered: we are its only user. The private area
         // is pointer-sized (allocated so above); `hw_addr` has `addr_len` bytes.

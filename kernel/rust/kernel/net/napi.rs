@@ -100,6 +100,13 @@ impl Napi {
         unsafe { bindings::napi_gro_receive(self.0.get(), skb.into_raw()) };
     }
 
+    /// Asks for another poll round (after [`Napi::complete_done`], when events slipped in
+    /// before the interrupt source was re-armed).
+    pub fn schedule_again(&self) -> bool {
+        // SAFETY: The context is being polled, hence added and enabled.
+        unsafe { bindings::napi_schedule(self.0.get()) }
+    }
+
     /// Ends this poll round after `work_done` packets (fewer than the budget). Returns false
     /// if the context must keep polling (it was scheduled again meanwhile).
     pub fn complete_done(&self, work_done: u32) -> bool {

@@ -12,6 +12,17 @@ use crate::{
 };
 use core::ptr::NonNull;
 
+/// Who a received packet was addressed to (`PACKET_*` of `if_packet.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketType {
+    /// To us.
+    Host = 0,
+    /// To everyone on the link.
+    Broadcast = 1,
+    /// To a multicast group.
+    Multicast = 2,
+}
+
 /// An owned socket buffer (`struct sk_buff`).
 ///
 /// Exactly one owner frees it: dropping it frees it as a drop (`dev_kfree_skb_any`, counted
@@ -175,6 +186,37 @@ impl SkBuff {
                 .__bindgen_anon_1
                 .as_mut()
                 .protocol = ethertype.to_be()
+        };
+    }
+
+    /// Copies `to.len()` bytes starting at `offset` of the data (linear part and fragments)
+    /// into `to`; `EINVAL` if the skb holds fewer.
+    pub fn copy_bits(&self, offset: u32, to: &mut [u8]) -> Result {
+        let len = i32::try_from(to.len()).map_err(|_| EINVAL)?;
+        let offset = i32::try_from(offset).map_err(|_| EINVAL)?;
+        // SAFETY: The skb is valid; `to` is valid for `len` bytes of writes; the function
+        // checks the range against the skb's length.
+        to_result(unsafe {
+            bindings::skb_copy_bits(self.raw(), offset, to.as_mut_ptr().cast(), len)
+        })
+    }
+
+    /// Marks the start of the data as the start of the link-layer header.
+    pub fn reset_mac_header(&mut self) {
+        // SAFETY: By the type invariant the skb is valid and owned by us.
+        unsafe { bindings::skb_reset_mac_header(self.raw()) };
+    }
+
+    /// Sets who the packet was addressed to.
+    pub fn set_pkt_type(&mut self, pkt_type: PacketType) {
+        // SAFETY: By the type invariant the skb is valid and owned by us; `pkt_type` is a
+        // bitfield of the `headers` group (see `protocol`).
+        unsafe {
+            (*self.raw())
+                .__bindgen_anon_4
+                .__bindgen_anon_1
+                .as_mut()
+                .set_pkt_type(pkt_type as u8)
         };
     }
 

@@ -6,7 +6,7 @@
 
 use super::{device::Gid, pd::ProtectionDomain};
 use crate::{
-    alloc::flags::GFP_KERNEL,
+    alloc::flags::{GFP_ATOMIC, GFP_KERNEL},
     bindings,
     error::{code::EINVAL, from_err_ptr, Result},
     sync::Arc,
@@ -70,24 +70,33 @@ unsafe impl Sync for AddressHandle {}
 impl AddressHandle {
     /// Creates an address handle in `pd` for `attr`. May sleep.
     pub fn new(pd: &Arc<ProtectionDomain>, attr: &AhAttr) -> Result<Arc<Self>> {
+        Self::create(
+            pd,
+            attr,
+            bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE,
+        )
+    }
+
+    /// Creates an address handle in `pd` for `attr` without sleeping, e.g. on the transmit
+    /// path.
+    pub fn new_atomic(pd: &Arc<ProtectionDomain>, attr: &AhAttr) -> Result<Arc<Self>> {
+        Self::create(pd, attr, 0)
+    }
+
+    fn create(pd: &Arc<ProtectionDomain>, attr: &AhAttr, flags: u32) -> Result<Arc<Self>> {
         let mut raw = attr.0;
         // SAFETY: `pd` is valid; `raw` is a valid attribute set, copied so the core may fill in
-        // (and release again) its GID attribute.
-        let ah = from_err_ptr(unsafe {
-            bindings::rdma_create_ah(
-                pd.as_raw(),
-                &mut raw,
-                bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE,
-            )
-        })?;
+        // (and release again) its GID attribute; the flags tell the core whether it may sleep.
+        let ah = from_err_ptr(unsafe { bindings::rdma_create_ah(pd.as_raw(), &mut raw, flags) })?;
         let ah = NonNull::new(ah).ok_or(EINVAL)?;
         // INVARIANT: `ah` was just created in `pd`.
+        let gfp = if flags == 0 { GFP_ATOMIC } else { GFP_KERNEL };
         Ok(Arc::new(
             Self {
                 ah,
                 _pd: pd.clone(),
             },
-            GFP_KERNEL,
+            gfp,
         )?)
     }
 

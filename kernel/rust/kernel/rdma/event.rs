@@ -117,6 +117,13 @@ impl<T: EventHandler> EventRegistration<T> {
     }
 }
 
+impl<T: EventHandler> EventRegistration<T> {
+    /// The registered handler.
+    pub fn handler(&self) -> &Arc<T> {
+        &self.data
+    }
+}
+
 #[pinned_drop]
 impl<T: EventHandler> PinnedDrop for EventRegistration<T> {
     fn drop(self: Pin<&mut Self>) {

@@ -13,7 +13,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 6
+ktap_set_plan 9
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -40,6 +40,31 @@ ipoib_check "$role: ib_send_bw RC 64 KiB x 200 between the hosts" rc_bandwidth
 klog_mark
 ipoib_check "$role: modprobe $MODULE" modprobe "$MODULE"
 ipoib_check "$role: rxe0 port 1 logged with link, MTU and GID 0" port_logged "$(klog_since)" rxe0 1
+
+# IPoIB over the fabric: ib0 on each host, .1 on the server, .2 on the client.
+case "$role" in
+server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
+*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
+esac
+ib_attrs() {
+	local addr gid
+	gid=$(cat /sys/class/infiniband/rxe0/ports/1/gids/0 | tr -d :)
+	addr=$(cat /sys/class/net/ib0/address | tr -d :)
+	ip -d link show ib0
+	[ "$(cat /sys/class/net/ib0/type)" = 32 ] && [ "${addr:8}" = "$gid" ] &&
+		[ "$(cat /sys/class/net/ib0/broadcast)" = "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff" ] &&
+		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
+}
+ipoib_check "$role: ib0 is InfiniBand (type 32) with QPN+GID address, broadcast, MTU 1020" ib_attrs
+ib_up() {
+	ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
+}
+ipoib_check "$role: ib0 up with carrier" ib_up
+ipoib_check "$role: ping $ib_peer over ib0 (ARP by broadcast, unicast replies)" \
+	wait_for 60 ping -c 1 -W 1 "$ib_peer"
+ip -s link show ib0
+ip neigh show dev ib0
 
 # Finish together: the client tells the server it is done, so neither tears down early.
 finish() {

@@ -1,0 +1,557 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Datagram mode: one UD queue pair per interface, a receive ring refilled from NAPI, a
+//! pool of send buffers, and address handles per destination.
+
+use crate::{
+    cq::CqEvents,
+    neigh::Neighbours,
+    wire::{self, EncapHeader, HwAddr, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
+};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use kernel::{
+    c_str,
+    net::{
+        dev::{NetDevice, Stats64},
+        mcast::Ipv6McMembership,
+        napi::{Napi, NapiHandle},
+        skb::{PacketType, SkBuff},
+    },
+    new_spinlock_bh,
+    prelude::*,
+    rdma::{
+        ah::{AddressHandle, AhAttr},
+        cq::{CompletionQueue, WcStatus, WorkCompletion},
+        device::{Device, DeviceRef, Gid},
+        dma::{DmaBuffer, DmaDirection},
+        pd::ProtectionDomain,
+        qp::{QpCaps, QpType, QueuePair},
+    },
+    sync::{Arc, ArcBorrow, SpinLockBh},
+    workqueue::{self, impl_has_work, new_work, Work, WorkItem},
+};
+
+const OWNER: &CStr = c_str!("ib_ipoib");
+/// Receive buffers kept posted.
+pub(crate) const RECV_RING: u32 = 128;
+/// Sends in flight at most; the queue stops when all are used.
+pub(crate) const SEND_RING: u32 = 64;
+/// Largest IB MTU: payloads of up to 4096 bytes after the GRH space.
+const MAX_IB_MTU: usize = 4096;
+/// Completions handled per CQ poll call.
+const POLL_BATCH: usize = 16;
+/// The GID table entry the interface's address uses, as in the C driver.
+const GID_INDEX: u32 = 0;
+/// Packets held while their destination's address handle is being made.
+const PENDING_MAX: usize = 64;
+
+/// Interface counters, updated without locks from the datapath.
+#[derive(Default)]
+pub(crate) struct Counters {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    rx_dropped: AtomicU64,
+    rx_errors: AtomicU64,
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    tx_dropped: AtomicU64,
+    tx_errors: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// The datagram-mode state of one interface.
+#[pin_data(PinnedDrop)]
+pub(crate) struct UdPort {
+    device: DeviceRef,
+    port: u32,
+    /// Largest IPoIB payload (the IB MTU less the encapsulation header).
+    pub(crate) mtu: u32,
+    /// Our hardware address: flags, UD QPN, GID.
+    pub(crate) local: HwAddr,
+    pub(crate) broadcast: HwAddr,
+    pd: Arc<ProtectionDomain>,
+    send_cq: Arc<CompletionQueue<CqEvents>>,
+    recv_cq: Arc<CompletionQueue<CqEvents>>,
+    qp: Pin<KBox<QueuePair>>,
+    bcast_ah: Arc<AddressHandle>,
+    /// The IP-level join RoCE needs for the broadcast group to reach the QP.
+    _bcast_member: Ipv6McMembership,
+    #[pin]
+    neigh: SpinLockBh<Neighbours>,
+    /// Idle send buffers; `None` slots are in flight.
+    #[pin]
+    tx_pool: SpinLockBh<KVec<Option<DmaBuffer>>>,
+    pub(crate) counters: Counters,
+    /// Packets waiting for an address handle, with their destination GID. Address handles
+    /// are made in process context (providers such as rxe may not make them in softirq
+    /// context); NAPI sends the packets once the handle exists.
+    #[pin]
+    pending: SpinLockBh<KVec<Option<(wire::Gid, SkBuff)>>>,
+    #[pin]
+    resolve_work: Work<UdPort>,
+    napi: NapiHandle,
+    /// Whether the port passes traffic, as last queried or reported by a port event. Kept
+    /// here because querying a RoCE port takes RTNL, which `open` already holds.
+    active: AtomicBool,
+}
+
+fn rdma_gid(g: &wire::Gid) -> Gid {
+    Gid(g.0)
+}
+
+impl UdPort {
+    /// Sets up datagram mode on `port` of `device`: PD, CQs driving `napi`, a ready UD QP,
+    /// the broadcast group, posted receive buffers and the send pool.
+    pub(crate) fn new(device: &Device, port: u32, napi: &NapiHandle) -> Result<Arc<Self>> {
+        let attr = device.port_attr(port)?;
+        let active = attr.state() == kernel::rdma::device::PortState::Active;
+        let ib_mtu = attr.active_mtu().ok_or(ENODEV)?.bytes();
+        let mtu = ib_mtu - ENCAP_HEADER_LEN as u32;
+        let gid = wire::Gid(device.query_gid(port, GID_INDEX)?.0);
+        let pd = ProtectionDomain::new(device, OWNER)?;
+        let events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
+        let send_cq = CompletionQueue::new(device, SEND_RING + 1, 0, events.clone(), OWNER)?;
+        let recv_cq = CompletionQueue::new(device, RECV_RING + 1, 0, events, OWNER)?;
+        let caps = QpCaps {
+            max_send_wr: SEND_RING,
+            max_recv_wr: RECV_RING,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+        };
+        let qp = QueuePair::new(
+            QpType::Ud,
+            &pd,
+            send_cq.clone(),
+            recv_cq.clone(),
+            None,
+            caps,
+            OWNER,
+        )?;
+        qp.ready(port, 0, wire::DEFAULT_QKEY)?;
+        // Connected mode is not offered yet: the flags byte stays clear.
+        let local = HwAddr::new(0, qp.qp_num(), gid).map_err(|_| EINVAL)?;
+        let broadcast = HwAddr::broadcast(wire::DEFAULT_PKEY);
+        let mgid = broadcast.gid();
+
+        qp.attach_mcast(&rdma_gid(&mgid), 0)?;
+        let member = device
+            .netdev(port)
+            .and_then(|ndev| Ipv6McMembership::join(&ndev, &mgid.0));
+        let member = match member {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = qp.detach_mcast(&rdma_gid(&mgid), 0);
+                return Err(e);
+            }
+        };
+        let bcast_ah = AddressHandle::new(
+            &pd,
+            &AhAttr::roce(
+                port,
+                GID_INDEX as u8,
+                &rdma_gid(&mgid),
+                1,
+                wire::multicast_mac(&mgid),
+            ),
+        )?;
+
+        let mut pool = KVec::with_capacity(SEND_RING as usize, GFP_KERNEL)?;
+        for _ in 0..SEND_RING {
+            let buf = DmaBuffer::new(
+                device,
+                ENCAP_HEADER_LEN + MAX_IB_MTU,
+                DmaDirection::ToDevice,
+                GFP_KERNEL,
+            )?;
+            pool.push(Some(buf), GFP_KERNEL)?;
+        }
+        for _ in 0..RECV_RING {
+            let buf = DmaBuffer::new(
+                device,
+                UD_GRH_LEN + MAX_IB_MTU,
+                DmaDirection::FromDevice,
+                GFP_KERNEL,
+            )?;
+            qp.post_recv(buf).map_err(|(e, _)| e)?;
+        }
+        let mut pending = KVec::with_capacity(PENDING_MAX, GFP_KERNEL)?;
+        for _ in 0..PENDING_MAX {
+            pending.push(None, GFP_KERNEL)?;
+        }
+        let device = device.get_ref()?;
+        Arc::pin_init(
+            pin_init!(Self {
+                device,
+                port,
+                mtu,
+                local,
+                broadcast,
+                pd,
+                send_cq,
+                recv_cq,
+                qp,
+                bcast_ah,
+                _bcast_member: member,
+                neigh <- new_spinlock_bh!(Neighbours::new(), "UdPort::neigh"),
+                tx_pool <- new_spinlock_bh!(pool, "UdPort::tx_pool"),
+                counters: Counters::default(),
+                active: AtomicBool::new(active),
+                pending <- new_spinlock_bh!(pending, "UdPort::pending"),
+                resolve_work <- new_work!("UdPort::resolve_work"),
+                napi: napi.clone(),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Sends `skb`, which starts with the pseudo header (destination hardware address) and
+    /// the encapsulation header that `header_create` pushed. A unicast destination without
+    /// an address handle yet waits in `pending` while the resolve work makes one.
+    pub(crate) fn xmit(this: ArcBorrow<'_, Self>, skb: SkBuff, dev: &NetDevice) {
+        let c = &this.counters;
+        let mut hdr = [0u8; HWADDR_LEN];
+        if skb.copy_bits(0, &mut hdr).is_err() {
+            bump(&c.tx_dropped, 1);
+            return;
+        }
+        let Ok(dest) = HwAddr::from_bytes(&hdr) else {
+            bump(&c.tx_dropped, 1);
+            return;
+        };
+        let ah = if dest.is_multicast() {
+            if dest.gid() != this.broadcast.gid() {
+                // Only the broadcast group is joined so far; other groups are dropped.
+                bump(&c.tx_dropped, 1);
+                return;
+            }
+            this.bcast_ah.clone()
+        } else {
+            let found = this.neigh.lock().get(&dest.gid().0);
+            match found {
+                Some(ah) => ah,
+                None => {
+                    this.hold_for_resolution(dest.gid(), skb);
+                    let _ = workqueue::system().enqueue(Arc::<Self>::from(this));
+                    return;
+                }
+            }
+        };
+        this.send(skb, &dest, &ah, dev);
+    }
+
+    /// Keeps `skb` until `gid` has an address handle; drops it when too many wait.
+    fn hold_for_resolution(&self, gid: wire::Gid, skb: SkBuff) {
+        let mut pending = self.pending.lock();
+        match pending.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => *slot = Some((gid, skb)),
+            None => bump(&self.counters.tx_dropped, 1),
+        }
+    }
+
+    /// Posts `skb` (pseudo header first) to `dest` through `ah`.
+    fn send(&self, skb: SkBuff, dest: &HwAddr, ah: &Arc<AddressHandle>, dev: &NetDevice) {
+        let c = &self.counters;
+        let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
+            bump(&c.tx_dropped, 1);
+            return;
+        };
+        // rxe drops an oversize UD send while reporting success: enforce the MTU here.
+        if len > self.mtu + ENCAP_HEADER_LEN as u32 {
+            bump(&c.tx_dropped, 1);
+            return;
+        }
+        let (buf, left) = {
+            let mut pool = self.tx_pool.lock();
+            let buf = pool.iter_mut().find_map(|slot| slot.take());
+            (buf, pool.iter().filter(|s| s.is_some()).count())
+        };
+        let Some(mut buf) = buf else {
+            dev.stop_queue();
+            bump(&c.tx_dropped, 1);
+            return;
+        };
+        if left == 0 {
+            // The last buffer is in flight: wait for completions to free some.
+            dev.stop_queue();
+        }
+        let n = len as usize;
+        if skb
+            .copy_bits(HWADDR_LEN as u32, &mut buf.as_mut_slice()[..n])
+            .is_err()
+        {
+            self.return_buffer(buf);
+            bump(&c.tx_dropped, 1);
+            return;
+        }
+        skb.consume();
+        match self
+            .qp
+            .post_send_ud(buf, n, ah, dest.qpn(), wire::DEFAULT_QKEY)
+        {
+            Ok(()) => {
+                bump(&c.tx_packets, 1);
+                bump(&c.tx_bytes, u64::from(len));
+            }
+            Err((_, buf)) => {
+                self.return_buffer(buf);
+                bump(&c.tx_errors, 1);
+            }
+        }
+    }
+
+    /// Sends the held packets whose address handles now exist (from NAPI).
+    fn send_pending(&self, dev: &NetDevice) {
+        const BATCH: usize = 16;
+        loop {
+            let mut ready: [Option<(HwAddr, SkBuff, Arc<AddressHandle>)>; BATCH] =
+                [const { None }; BATCH];
+            let mut n = 0;
+            {
+                let neigh = self.neigh.lock();
+                let mut pending = self.pending.lock();
+                for slot in pending.iter_mut() {
+                    if n == BATCH {
+                        break;
+                    }
+                    let Some(ah) = slot.as_ref().and_then(|(gid, _)| neigh.get(&gid.0)) else {
+                        continue;
+                    };
+                    let Some((_, skb)) = slot.take() else {
+                        continue;
+                    };
+                    let mut hdr = [0u8; HWADDR_LEN];
+                    match skb
+                        .copy_bits(0, &mut hdr)
+                        .map(|()| HwAddr::from_bytes(&hdr))
+                    {
+                        Ok(Ok(dest)) => {
+                            ready[n] = Some((dest, skb, ah));
+                            n += 1;
+                        }
+                        _ => bump(&self.counters.tx_dropped, 1),
+                    }
+                }
+            }
+            for (dest, skb, ah) in ready.iter_mut().filter_map(|r| r.take()) {
+                self.send(skb, &dest, &ah, dev);
+            }
+            if n < BATCH {
+                break;
+            }
+        }
+    }
+
+    /// Makes the address handles held packets wait for (process context).
+    fn resolve(&self) {
+        let mut wanted: [Option<wire::Gid>; PENDING_MAX] = [None; PENDING_MAX];
+        {
+            let pending = self.pending.lock();
+            for (w, slot) in wanted.iter_mut().zip(pending.iter()) {
+                *w = slot.as_ref().map(|(gid, _)| *gid);
+            }
+        }
+        for (i, gid) in wanted.iter().enumerate() {
+            let Some(gid) = gid else { continue };
+            if wanted[..i].contains(&Some(*gid)) || self.neigh.lock().get(&gid.0).is_some() {
+                continue;
+            }
+            let attr = AhAttr::roce(self.port, GID_INDEX as u8, &rdma_gid(gid), 64, [0; 6]);
+            let made = AddressHandle::new(&self.pd, &attr)
+                .and_then(|ah| self.neigh.lock().insert(gid.0, ah));
+            if made.is_err() {
+                // No route: the packets for it go.
+                let mut pending = self.pending.lock();
+                for slot in pending.iter_mut() {
+                    if slot.as_ref().is_some_and(|(g, _)| g == gid) {
+                        *slot = None;
+                        bump(&self.counters.tx_errors, 1);
+                    }
+                }
+            }
+        }
+        self.napi.schedule();
+    }
+
+    /// Drops every held packet (the interface goes down).
+    pub(crate) fn drop_pending(&self) {
+        for slot in self.pending.lock().iter_mut() {
+            *slot = None;
+        }
+    }
+
+    fn return_buffer(&self, buf: DmaBuffer) {
+        let mut pool = self.tx_pool.lock();
+        if let Some(slot) = pool.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(buf);
+        }
+    }
+
+    /// Turns one received datagram into an skb for the stack, or drops it.
+    fn receive(&self, wc: &WorkCompletion, buf: &DmaBuffer, napi: &Napi) {
+        let c = &self.counters;
+        let len = wc.byte_len() as usize;
+        let Some(data) = buf.as_slice().get(UD_GRH_LEN..len) else {
+            bump(&c.rx_errors, 1);
+            return;
+        };
+        // The GRH space holds the sender's GID at bytes 8..24 (an IPv6 header on RoCE v2
+        // over IPv6). Our own multicast comes back to us: drop it.
+        let grh = &buf.as_slice()[..UD_GRH_LEN];
+        if wc.src_qp() == self.local.qpn() && grh[8..24] == self.local.gid().0 {
+            return;
+        }
+        let Ok((header, _)) = EncapHeader::parse(data) else {
+            bump(&c.rx_dropped, 1);
+            return;
+        };
+        if header.protocol().is_none() {
+            bump(&c.rx_dropped, 1);
+            return;
+        }
+        let dev = napi.device();
+        let total = (HWADDR_LEN + data.len()) as u32;
+        let Ok(mut skb) = SkBuff::alloc(dev, total, GFP_ATOMIC) else {
+            bump(&c.rx_dropped, 1);
+            return;
+        };
+        // A zeroed pseudo header, then the datagram; the MAC header spans both.
+        let copied = skb.put(total).map(|room| {
+            room[..HWADDR_LEN].fill(0);
+            room[HWADDR_LEN..].copy_from_slice(data);
+        });
+        if copied.is_err() {
+            bump(&c.rx_dropped, 1);
+            return;
+        }
+        skb.reset_mac_header();
+        if skb.pull(wire::HARD_HEADER_LEN as u32).is_err() {
+            bump(&c.rx_dropped, 1);
+            return;
+        }
+        skb.set_protocol(header.ethertype);
+        let dgid = &grh[24..40];
+        let pkt_type = if !wc.has_grh() || dgid[0] != 0xff {
+            PacketType::Host
+        } else if dgid == self.broadcast.gid().0 {
+            PacketType::Broadcast
+        } else {
+            PacketType::Multicast
+        };
+        skb.set_pkt_type(pkt_type);
+        bump(&c.rx_packets, 1);
+        bump(&c.rx_bytes, u64::from(skb.len()));
+        napi.gro_receive(skb);
+    }
+
+    /// Handles up to `budget` receives and all send completions; returns the receives done.
+    pub(crate) fn poll(&self, napi: &Napi, budget: u32) -> u32 {
+        let dev = napi.device();
+        // Send completions return buffers to the pool and restart a stopped queue.
+        loop {
+            let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
+            let n = self.send_cq.poll(&mut wcs).unwrap_or(0);
+            for wc in &wcs[..n] {
+                if let Some(buf) = self.qp.complete_send(wc) {
+                    if !matches!(wc.status(), WcStatus::Success | WcStatus::Flushed) {
+                        bump(&self.counters.tx_errors, 1);
+                    }
+                    self.return_buffer(buf);
+                }
+            }
+            if n < POLL_BATCH {
+                break;
+            }
+        }
+        self.send_pending(dev);
+        if dev.queue_stopped() {
+            dev.wake_queue();
+        }
+
+        let mut done = 0u32;
+        while done < budget {
+            let want = (budget - done).min(POLL_BATCH as u32) as usize;
+            let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
+            let n = self.recv_cq.poll(&mut wcs[..want]).unwrap_or(0);
+            for wc in &wcs[..n] {
+                let Some(buf) = self.qp.complete_recv(wc) else {
+                    continue;
+                };
+                match wc.status() {
+                    WcStatus::Success => self.receive(wc, &buf, napi),
+                    // The QP is being torn down: its buffers go.
+                    WcStatus::Flushed => continue,
+                    WcStatus::Error(_) => bump(&self.counters.rx_errors, 1),
+                }
+                if self.qp.post_recv(buf).is_err() {
+                    bump(&self.counters.rx_errors, 1);
+                }
+            }
+            done += n as u32;
+            if n < want {
+                break;
+            }
+        }
+        if done < budget && napi.complete_done(done) {
+            // Re-arm both queues; completions that slipped in meanwhile need another round.
+            let missed_rx = self.recv_cq.request_notify().unwrap_or(true);
+            let missed_tx = self.send_cq.request_notify().unwrap_or(true);
+            if missed_rx || missed_tx {
+                napi.schedule_again();
+            }
+        }
+        done
+    }
+
+    /// Arms both completion queues (when the interface comes up).
+    pub(crate) fn arm(&self) {
+        let _ = self.recv_cq.request_notify();
+        let _ = self.send_cq.request_notify();
+    }
+
+    /// Whether the port passes traffic.
+    pub(crate) fn port_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Records a port event's news.
+    pub(crate) fn set_port_active(&self, active: bool) {
+        self.active.store(active, Ordering::Relaxed);
+    }
+
+    /// Forgets all destinations (addresses changed).
+    pub(crate) fn flush_neighbours(&self) {
+        self.neigh.lock().flush();
+    }
+
+    pub(crate) fn fill_stats(&self, stats: &mut Stats64) {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        stats.set_rx(l(&c.rx_packets), l(&c.rx_bytes));
+        stats.set_tx(l(&c.tx_packets), l(&c.tx_bytes));
+        stats.set_rx_errors(l(&c.rx_errors), l(&c.rx_dropped));
+        stats.set_tx_errors(l(&c.tx_errors), l(&c.tx_dropped));
+    }
+}
+
+impl_has_work! {
+    impl HasWork<Self> for UdPort { self.resolve_work }
+}
+
+impl WorkItem for UdPort {
+    type Pointer = Arc<UdPort>;
+
+    fn run(this: Arc<UdPort>) {
+        this.resolve();
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for UdPort {
+    fn drop(self: Pin<&mut Self>) {
+        let mgid = rdma_gid(&self.broadcast.gid());
+        let _ = self.qp.detach_mcast(&mgid, 0);
+    }
+}

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The IPoIB network interface: set-up as the C driver does it, link-layer header,
+//! open/stop, transmit, NAPI and counters.
+
+use crate::{
+    ipoib_ud::UdPort,
+    wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN},
+};
+use kernel::{
+    net::{
+        dev::{NetDevice, Operations, Setup, Stats64, TxResult},
+        napi::Napi,
+        skb::SkBuff,
+    },
+    prelude::*,
+    sync::{Arc, ArcBorrow},
+};
+
+/// `ARPHRD_INFINIBAND`: the hardware type of IPoIB interfaces.
+const ARPHRD_INFINIBAND: u16 = 32;
+const IFF_BROADCAST: u32 = 0x2;
+const IFF_MULTICAST: u32 = 0x1000;
+/// The smallest MTU IPv4 works with.
+const MIN_MTU: u32 = 68;
+/// Packets the stack may queue for us: twice the send ring, as the C driver does.
+const TX_QUEUE_LEN: u32 = 2 * crate::ipoib_ud::SEND_RING;
+
+/// The operations of an IPoIB interface.
+pub(crate) struct IpoibNetdev;
+
+#[vtable]
+impl Operations for IpoibNetdev {
+    type Data = Arc<UdPort>;
+
+    fn setup(dev: &mut Setup) {
+        dev.set_type(ARPHRD_INFINIBAND);
+        dev.set_hard_header_len(HARD_HEADER_LEN as u16);
+        dev.set_flags(IFF_BROADCAST | IFF_MULTICAST);
+        dev.set_tx_queue_len(TX_QUEUE_LEN);
+        let bcast = HwAddr::broadcast(wire::DEFAULT_PKEY);
+        if dev.set_addr_len(HWADDR_LEN as u8).is_err()
+            || dev.set_broadcast(bcast.as_bytes()).is_err()
+        {
+            pr_err!("setup: address sizes rejected\n");
+        }
+    }
+
+    fn open(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result {
+        port.arm();
+        if port.port_active() {
+            dev.carrier_on();
+        }
+        dev.start_queue();
+        Ok(())
+    }
+
+    fn stop(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result {
+        dev.stop_queue();
+        dev.carrier_off();
+        port.drop_pending();
+        Ok(())
+    }
+
+    fn start_xmit(skb: SkBuff, dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> TxResult {
+        UdPort::xmit(port, skb, dev);
+        TxResult::Ok
+    }
+
+    fn header_create(
+        skb: &mut SkBuff,
+        _dev: &NetDevice,
+        ethertype: u16,
+        daddr: Option<&[u8]>,
+    ) -> Result<u32> {
+        let daddr = daddr.ok_or(EINVAL)?;
+        let dest = HwAddr::from_bytes(daddr).map_err(|_| EINVAL)?;
+        skb.push(wire::ENCAP_HEADER_LEN as u32)?
+            .copy_from_slice(&EncapHeader { ethertype }.to_bytes());
+        // The destination rides in front as a pseudo header, read back by transmit.
+        skb.push(HWADDR_LEN as u32)?
+            .copy_from_slice(dest.as_bytes());
+        Ok(HARD_HEADER_LEN as u32)
+    }
+
+    fn change_mtu(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, new_mtu: u32) -> Result {
+        if new_mtu < MIN_MTU || new_mtu > port.mtu {
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
+    fn napi_poll(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, napi: &Napi, budget: u32) -> u32 {
+        port.poll(napi, budget)
+    }
+
+    fn get_stats64(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, stats: &mut Stats64) {
+        port.fill_stats(stats);
+    }
+}
