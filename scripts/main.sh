@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: build everything, boot two guests on soft-RoCE, load ib_ipoib on both and
-# show what it logged, with the raw RC bandwidth between the guests.
+# The main job: build everything, boot two guests on soft-RoCE, load ib_ipoib on both, bring
+# ib0 up between them, and print what the driver logged, the raw RC bandwidth and netperf
+# figures over ib0 (with TCP over the Ethernet link underneath for comparison).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -18,5 +19,7 @@ for g in host0 host1; do
 done
 echo "== raw RC send bandwidth host1 -> host0 (ib_send_bw, 64 KiB messages)"
 grep -a -A1 '#bytes' "$logs/host1.results" | sed 's/^# *//; s/^/  /' || true
+echo "== netperf host1 -> host0 (5 s each; soft-RoCE under TCG: compare, don't quote)"
+grep -a 'NETPERF ' "$logs/host1.results" | sed 's/^.*NETPERF /  /' || true
 echo "logs: $logs"
 exit $rc

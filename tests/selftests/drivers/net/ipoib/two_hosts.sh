@@ -13,7 +13,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 9
+ktap_set_plan 11
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -63,8 +63,30 @@ ib_up() {
 ipoib_check "$role: ib0 up with carrier" ib_up
 ipoib_check "$role: ping $ib_peer over ib0 (ARP by broadcast, unicast replies)" \
 	wait_for 60 ping -c 1 -W 1 "$ib_peer"
+
+# Throughput and latency over ib0, with TCP over the Ethernet link under it for comparison.
+# The figures are printed; nothing here judges their size.
+# netperf_run HOST TEST "TEST-OPTIONS" LABEL: prints "NETPERF LABEL: figure unit".
+netperf_run() {
+	local out
+	out=$(timeout 60 netperf -H "$1" -t "$2" -l 5 -P 0 -- ${3:-} -o THROUGHPUT,THROUGHPUT_UNITS 2>&1) ||
+		{ echo "$out"; return 1; }
+	echo "$out" | tail -n 1 | awk -F, -v what="$4" 'NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = 1 } END { exit !ok }'
+}
+if [ "$role" = server ]; then
+	# The daemon must not keep the runner's output pipes open (fds 3 and 4).
+	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+	ipoib_check "$role: netserver running" eval 'pidof netserver >/dev/null'
+	ipoib_check "$role: ib0 counters moved" eval '[ "$(cat /sys/class/net/ib0/statistics/rx_packets)" -gt 0 ]'
+else
+	ipoib_check "$role: netperf TCP_STREAM and TCP_RR over ib0" eval '
+		wait_for 30 eval "netperf -H $ib_peer -t TCP_RR -l 1 >/dev/null 2>&1" &&
+		netperf_run "$ib_peer" TCP_STREAM "-m 16384" "ib0 (datagram) TCP_STREAM" &&
+		netperf_run "$ib_peer" TCP_RR "" "ib0 (datagram) TCP_RR"'
+	ipoib_check "$role: netperf TCP_STREAM over eth0 (baseline)" \
+		netperf_run "$peer" TCP_STREAM "-m 16384" "eth0 TCP_STREAM"
+fi
 ip -s link show ib0
-ip neigh show dev ib0
 
 # Finish together: the client tells the server it is done, so neither tears down early.
 finish() {
@@ -75,6 +97,7 @@ finish() {
 	fi
 }
 finish || ktap_print_msg "peer did not finish in time"
+[ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
 rmmod "$MODULE"
 KLOG_MARK=$start_mark
 ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
