@@ -355,6 +355,48 @@ unsafe extern "C" fn handler_callback<T: Handler>(
     0
 }
 
+/// The C signature of a CM event callback.
+type RawHandler =
+    unsafe extern "C" fn(*mut bindings::ib_cm_id, *const bindings::ib_cm_event) -> c_int;
+
+/// Creates an identifier on `device` whose events go to `callback` with `context` (an
+/// `Arc<C>` given up to the identifier). On failure the context is released again.
+fn create_id<C: Send + Sync + 'static>(
+    device: &DeviceRef,
+    callback: RawHandler,
+    context: Arc<C>,
+) -> Result<NonNull<bindings::ib_cm_id>> {
+    let ctx = context.into_foreign();
+    // SAFETY: The device is registered; `ctx` stays valid until released by `destroy_id`
+    // (or just below on failure).
+    let id = unsafe { bindings::ib_create_cm_id(device.as_raw(), Some(callback), ctx.cast_mut()) };
+    match from_err_ptr(id).map(NonNull::new) {
+        Ok(Some(id)) => Ok(id),
+        failed => {
+            // SAFETY: `ctx` came from `into_foreign` above and was not handed to the CM.
+            drop(unsafe { <Arc<C> as ForeignOwnable>::from_foreign(ctx) });
+            Err(failed.err().unwrap_or(EINVAL))
+        }
+    }
+}
+
+/// Destroys `id` and releases its `Arc<C>` context.
+///
+/// # Safety
+///
+/// `id` must be live, owned by the caller, with an `Arc<C>` context from [`create_id`] or
+/// [`Request::accept`].
+unsafe fn destroy_id<C: Send + Sync + 'static>(id: NonNull<bindings::ib_cm_id>) {
+    let id = id.as_ptr();
+    // SAFETY: `id` is live and ours; after `ib_destroy_cm_id` returns no callback runs any
+    // more, so the context can be released.
+    unsafe {
+        let ctx = (*id).context;
+        bindings::ib_destroy_cm_id(id);
+        drop(<Arc<C> as ForeignOwnable>::from_foreign(ctx));
+    }
+}
+
 /// A communication identifier owned by Rust with handler `T`: destroyed on drop.
 ///
 /// # Invariants
@@ -376,20 +418,7 @@ impl<T: Handler> CmId<T> {
     /// Creates an identifier on `device` whose events go to `handler`.
     pub fn new(device: &Device, handler: Arc<T>) -> Result<Self> {
         let device = device.get_ref()?;
-        let ctx = handler.into_foreign();
-        // SAFETY: The device is registered; the handler callback matches `T`; `ctx` stays
-        // valid until released in `drop` (or just below on failure).
-        let id = unsafe {
-            bindings::ib_create_cm_id(device.as_raw(), Some(handler_callback::<T>), ctx.cast_mut())
-        };
-        let id = match from_err_ptr(id).map(NonNull::new) {
-            Ok(Some(id)) => id,
-            Ok(None) | Err(_) => {
-                // SAFETY: `ctx` came from `into_foreign` above and was not handed to the CM.
-                drop(unsafe { <Arc<T> as ForeignOwnable>::from_foreign(ctx) });
-                return Err(from_err_ptr(id).err().unwrap_or(EINVAL));
-            }
-        };
+        let id = create_id(&device, handler_callback::<T>, handler)?;
         // INVARIANT: created with our callback and context.
         Ok(Self {
             id,
@@ -413,14 +442,8 @@ impl<T: Handler> CmId<T> {
 
 impl<T: Handler> Drop for CmId<T> {
     fn drop(&mut self) {
-        let id = self.id.as_ptr();
-        // SAFETY: By the type invariant `id` is live; after `ib_destroy_cm_id` returns no
-        // handler runs any more, so the context can be released.
-        unsafe {
-            let ctx = (*id).context;
-            bindings::ib_destroy_cm_id(id);
-            drop(<Arc<T> as ForeignOwnable>::from_foreign(ctx));
-        }
+        // SAFETY: By the type invariant `id` is live, ours, with an `Arc<T>` context.
+        unsafe { destroy_id::<T>(self.id) };
     }
 }
 
@@ -541,19 +564,7 @@ impl<L: ListenHandler> Listener<L> {
     /// Listens for requests to `service_id` on `device`.
     pub fn new(device: &Device, service_id: u64, handler: Arc<L>) -> Result<Self> {
         let device = device.get_ref()?;
-        let ctx = handler.into_foreign();
-        // SAFETY: As in `CmId::new`.
-        let id = unsafe {
-            bindings::ib_create_cm_id(device.as_raw(), Some(listen_callback::<L>), ctx.cast_mut())
-        };
-        let id = match from_err_ptr(id).map(NonNull::new) {
-            Ok(Some(id)) => id,
-            Ok(None) | Err(_) => {
-                // SAFETY: `ctx` was not handed to the CM.
-                drop(unsafe { <Arc<L> as ForeignOwnable>::from_foreign(ctx) });
-                return Err(from_err_ptr(id).err().unwrap_or(EINVAL));
-            }
-        };
+        let id = create_id(&device, listen_callback::<L>, handler)?;
         // INVARIANT: created with our callback and context; listening below.
         let this = Self {
             id,
@@ -568,13 +579,8 @@ impl<L: ListenHandler> Listener<L> {
 
 impl<L: ListenHandler> Drop for Listener<L> {
     fn drop(&mut self) {
-        let id = self.id.as_ptr();
-        // SAFETY: As for `CmId`: no callback runs after destruction. Identifiers spawned for
-        // requests that were accepted carry their own context.
-        unsafe {
-            let ctx = (*id).context;
-            bindings::ib_destroy_cm_id(id);
-            drop(<Arc<L> as ForeignOwnable>::from_foreign(ctx));
-        }
+        // SAFETY: By the type invariant `id` is live, ours, with an `Arc<L>` context.
+        // Identifiers spawned for accepted requests carry their own context.
+        unsafe { destroy_id::<L>(self.id) };
     }
 }
