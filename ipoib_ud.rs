@@ -8,7 +8,7 @@ use crate::{
     neigh::Neighbours,
     wire::{self, EncapHeader, HwAddr, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use kernel::{
     c_str,
     net::{
@@ -65,6 +65,7 @@ fn bump(c: &AtomicU64, n: u64) {
 /// The datagram-mode state of one interface.
 #[pin_data(PinnedDrop)]
 pub(crate) struct UdPort {
+    /// Keeps the device registered while the datapath exists.
     device: DeviceRef,
     port: u32,
     /// Largest IPoIB payload (the IB MTU less the encapsulation header).
@@ -90,6 +91,8 @@ pub(crate) struct UdPort {
     /// context); NAPI sends the packets once the handle exists.
     #[pin]
     pending: SpinLockBh<KVec<Option<(wire::Gid, SkBuff)>>>,
+    /// How many `pending` slots are used, so NAPI skips the table when none is.
+    pending_count: AtomicUsize,
     #[pin]
     resolve_work: Work<UdPort>,
     napi: NapiHandle,
@@ -200,6 +203,7 @@ impl UdPort {
                 counters: Counters::default(),
                 active: AtomicBool::new(active),
                 pending <- new_spinlock_bh!(pending, "UdPort::pending"),
+                pending_count: AtomicUsize::new(0),
                 resolve_work <- new_work!("UdPort::resolve_work"),
                 napi: napi.clone(),
             }),
@@ -246,7 +250,10 @@ impl UdPort {
     fn hold_for_resolution(&self, gid: wire::Gid, skb: SkBuff) {
         let mut pending = self.pending.lock();
         match pending.iter_mut().find(|slot| slot.is_none()) {
-            Some(slot) => *slot = Some((gid, skb)),
+            Some(slot) => {
+                *slot = Some((gid, skb));
+                self.pending_count.fetch_add(1, Ordering::Relaxed);
+            }
             None => bump(&self.counters.tx_dropped, 1),
         }
     }
@@ -305,7 +312,7 @@ impl UdPort {
     /// Sends the held packets whose address handles now exist (from NAPI).
     fn send_pending(&self, dev: &NetDevice) {
         const BATCH: usize = 16;
-        loop {
+        while self.pending_count.load(Ordering::Relaxed) > 0 {
             let mut ready: [Option<(HwAddr, SkBuff, Arc<AddressHandle>)>; BATCH] =
                 [const { None }; BATCH];
             let mut n = 0;
@@ -322,6 +329,7 @@ impl UdPort {
                     let Some((_, skb)) = slot.take() else {
                         continue;
                     };
+                    self.pending_count.fetch_sub(1, Ordering::Relaxed);
                     let mut hdr = [0u8; HWADDR_LEN];
                     match skb
                         .copy_bits(0, &mut hdr)
@@ -367,6 +375,7 @@ impl UdPort {
                 for slot in pending.iter_mut() {
                     if slot.as_ref().is_some_and(|(g, _)| g == gid) {
                         *slot = None;
+                        self.pending_count.fetch_sub(1, Ordering::Relaxed);
                         bump(&self.counters.tx_errors, 1);
                     }
                 }
@@ -377,9 +386,11 @@ impl UdPort {
 
     /// Drops every held packet (the interface goes down).
     pub(crate) fn drop_pending(&self) {
-        for slot in self.pending.lock().iter_mut() {
+        let mut pending = self.pending.lock();
+        for slot in pending.iter_mut() {
             *slot = None;
         }
+        self.pending_count.store(0, Ordering::Relaxed);
     }
 
     fn return_buffer(&self, buf: DmaBuffer) {
