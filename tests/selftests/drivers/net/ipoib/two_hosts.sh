@@ -13,7 +13,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 11
+ktap_set_plan 13
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -63,6 +63,15 @@ ib_up() {
 ipoib_check "$role: ib0 up with carrier" ib_up
 ipoib_check "$role: ping $ib_peer over ib0 (ARP by broadcast, unicast replies)" \
 	wait_for 60 ping -c 1 -W 1 "$ib_peer"
+mtu_rules() {
+	! ip link set ib0 mtu 1021 2>/dev/null && ! ip link set ib0 mtu 67 2>/dev/null &&
+		ip link set ib0 mtu 576 && ip link set ib0 mtu 1020 &&
+		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
+}
+ipoib_check "$role: MTU above the UD MTU (1021) or below 68 refused, 576..1020 accepted" mtu_rules
+# 992 bytes of ICMP payload fill the 1020-byte MTU exactly; 3000 need IPv4 fragments.
+ipoib_check "$role: full-MTU and fragmented pings over ib0" \
+	eval 'ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
 
 # Throughput and latency over ib0, with TCP over the Ethernet link under it for comparison.
 # The figures are printed; nothing here judges their size.
