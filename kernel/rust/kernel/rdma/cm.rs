@@ -20,7 +20,7 @@ use crate::{
     ffi::{c_int, c_void},
     sync::Arc,
     sync::ArcBorrow,
-    types::ForeignOwnable,
+    types::{ForeignOwnable, Opaque},
 };
 use core::{marker::PhantomData, ptr::NonNull};
 
@@ -166,11 +166,11 @@ pub trait Handler: Send + Sync + 'static {
 
 /// An identifier seen from inside a callback.
 #[repr(transparent)]
-pub struct CmIdRef(bindings::ib_cm_id);
+pub struct CmIdRef(Opaque<bindings::ib_cm_id>);
 
 impl CmIdRef {
     fn raw(&self) -> *mut bindings::ib_cm_id {
-        (&self.0 as *const bindings::ib_cm_id).cast_mut()
+        self.0.get()
     }
 
     /// # Safety
