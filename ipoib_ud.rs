@@ -270,17 +270,18 @@ impl UdPort {
             bump(&c.tx_dropped, 1);
             return;
         }
-        let (buf, left) = {
+        let (buf, last) = {
             let mut pool = self.tx_pool.lock();
             let buf = pool.iter_mut().find_map(|slot| slot.take());
-            (buf, pool.iter().filter(|s| s.is_some()).count())
+            // Stops at the first idle buffer: no need to count them all per packet.
+            (buf, !pool.iter().any(|s| s.is_some()))
         };
         let Some(mut buf) = buf else {
             dev.stop_queue();
             bump(&c.tx_dropped, 1);
             return;
         };
-        if left == 0 {
+        if last {
             // The last buffer is in flight: wait for completions to free some.
             dev.stop_queue();
         }
