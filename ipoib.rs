@@ -18,9 +18,13 @@ use kernel::{
 };
 
 mod cq;
+mod ipoib_cm;
 mod ipoib_ud;
 mod neigh;
 mod netdev;
+mod rx;
+mod send_buffers;
+mod stats;
 /// Wire formats, shared byte for byte with C peers; also built and tested on the host.
 pub mod wire;
 
@@ -162,20 +166,25 @@ impl Client for IpoibClient {
 fn add_port(device: &Device, port: u32) -> Result<IpoibPort> {
     let napi = NapiHandle::new()?;
     let datapath = UdPort::new(device, port, &napi)?;
-    let mtu = datapath.mtu;
+    let (mtu, max_mtu) = (datapath.mtu, datapath.mode_max_mtu());
     let netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
         datapath.local.as_bytes(),
         datapath.clone(),
         Some(&napi),
-        |setup| setup.set_mtu(mtu, 68, mtu),
+        |setup| setup.set_mtu(mtu, 68, max_mtu),
     )?;
     pr_info!(
-        "{} port {}: {} address {}\n",
+        "{} port {}: {} address {}, {} mode\n",
         device.name(),
         port,
         netdev.device().name(),
-        datapath.local
+        datapath.local,
+        if datapath.connected() {
+            "connected"
+        } else {
+            "datagram"
+        }
     );
     Ok(IpoibPort {
         port,

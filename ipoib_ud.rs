@@ -5,10 +5,14 @@
 
 use crate::{
     cq::CqEvents,
+    ipoib_cm::{self, CmPort},
     neigh::Neighbours,
-    wire::{self, EncapHeader, HwAddr, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
+    rx,
+    send_buffers::SendBuffers,
+    stats::{bump, Counters},
+    wire::{self, HwAddr, CM_BUF_SIZE, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use kernel::{
     c_str,
     net::{
@@ -26,6 +30,7 @@ use kernel::{
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
         qp::{QpCaps, QpType, QueuePair},
+        srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, SpinLockBh},
     workqueue::{self, impl_has_work, new_work, Work, WorkItem},
@@ -44,23 +49,6 @@ const POLL_BATCH: usize = 16;
 const GID_INDEX: u32 = 0;
 /// Packets held while their destination's address handle is being made.
 const PENDING_MAX: usize = 64;
-
-/// Interface counters, updated without locks from the datapath.
-#[derive(Default)]
-pub(crate) struct Counters {
-    rx_packets: AtomicU64,
-    rx_bytes: AtomicU64,
-    rx_dropped: AtomicU64,
-    rx_errors: AtomicU64,
-    tx_packets: AtomicU64,
-    tx_bytes: AtomicU64,
-    tx_dropped: AtomicU64,
-    tx_errors: AtomicU64,
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
-}
 
 /// The datagram-mode state of one interface.
 #[pin_data(PinnedDrop)]
@@ -82,10 +70,13 @@ pub(crate) struct UdPort {
     _bcast_member: Ipv6McMembership,
     #[pin]
     neigh: SpinLockBh<Neighbours>,
-    /// Idle send buffers; `None` slots are in flight.
-    #[pin]
-    tx_pool: SpinLockBh<KVec<Option<DmaBuffer>>>,
-    pub(crate) counters: Counters,
+    /// Send buffers of the UD queue pair and every transmit connection.
+    buffers: Arc<SendBuffers>,
+    pub(crate) counters: Arc<Counters>,
+    /// Connected mode, when the device offers it.
+    cm: Option<Arc<CmPort>>,
+    /// Whether unicast to peers that offer connected mode goes over connections.
+    connected: AtomicBool,
     /// Packets waiting for an address handle, with their destination GID. Address handles
     /// are made in process context (providers such as rxe may not make them in softirq
     /// context); NAPI sends the packets once the handle exists.
@@ -117,7 +108,9 @@ impl UdPort {
         let pd = ProtectionDomain::new(device, OWNER)?;
         let events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
         let send_cq = CompletionQueue::new(device, SEND_RING + 1, 0, events.clone(), OWNER)?;
-        let recv_cq = CompletionQueue::new(device, RECV_RING + 1, 0, events, OWNER)?;
+        // Receive connections complete here too, from the shared receive queue.
+        let recv_cq =
+            CompletionQueue::new(device, RECV_RING + ipoib_cm::SRQ_SIZE + 1, 0, events, OWNER)?;
         let caps = QpCaps {
             max_send_wr: SEND_RING,
             max_recv_wr: RECV_RING,
@@ -134,8 +127,48 @@ impl UdPort {
             OWNER,
         )?;
         qp.ready(port, 0, wire::DEFAULT_QKEY)?;
-        // Connected mode is not offered yet: the flags byte stays clear.
-        let local = HwAddr::new(0, qp.qp_num(), gid).map_err(|_| EINVAL)?;
+        let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
+        let cm_capable = SharedReceiveQueue::supported(device);
+        let buf_size = if cm_capable {
+            CM_BUF_SIZE as usize
+        } else {
+            ENCAP_HEADER_LEN + MAX_IB_MTU
+        };
+        let buffers = SendBuffers::new(device, SEND_RING, buf_size)?;
+        let cm = if cm_capable {
+            let made = CmPort::new(
+                device,
+                port,
+                qp.qp_num(),
+                attr.active_mtu().ok_or(ENODEV)?,
+                &pd,
+                recv_cq.clone(),
+                buffers.clone(),
+                counters.clone(),
+                napi,
+            );
+            match made {
+                Ok(cm) => Some(cm),
+                Err(e) => {
+                    pr_warn!(
+                        "{} port {}: connected mode unavailable ({:?})\n",
+                        device.name(),
+                        port,
+                        e
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        // The flag tells peers we accept connections, whatever our own mode.
+        let flags = if cm.is_some() {
+            wire::FLAG_CONNECTED_MODE
+        } else {
+            0
+        };
+        let local = HwAddr::new(flags, qp.qp_num(), gid).map_err(|_| EINVAL)?;
         let broadcast = HwAddr::broadcast(wire::DEFAULT_PKEY);
         let mgid = broadcast.gid();
 
@@ -161,16 +194,6 @@ impl UdPort {
             ),
         )?;
 
-        let mut pool = KVec::with_capacity(SEND_RING as usize, GFP_KERNEL)?;
-        for _ in 0..SEND_RING {
-            let buf = DmaBuffer::new(
-                device,
-                ENCAP_HEADER_LEN + MAX_IB_MTU,
-                DmaDirection::ToDevice,
-                GFP_KERNEL,
-            )?;
-            pool.push(Some(buf), GFP_KERNEL)?;
-        }
         for _ in 0..RECV_RING {
             let buf = DmaBuffer::new(
                 device,
@@ -199,8 +222,10 @@ impl UdPort {
                 bcast_ah,
                 _bcast_member: member,
                 neigh <- new_spinlock_bh!(Neighbours::new(), "UdPort::neigh"),
-                tx_pool <- new_spinlock_bh!(pool, "UdPort::tx_pool"),
-                counters: Counters::default(),
+                buffers,
+                counters,
+                connected: AtomicBool::new(cm.is_some()),
+                cm,
                 active: AtomicBool::new(active),
                 pending <- new_spinlock_bh!(pending, "UdPort::pending"),
                 pending_count: AtomicUsize::new(0),
@@ -225,6 +250,12 @@ impl UdPort {
             bump(&c.tx_dropped, 1);
             return;
         };
+        if !dest.is_multicast() && dest.connected_mode() && this.connected() {
+            if let Some(cm) = &this.cm {
+                CmPort::xmit(cm.as_arc_borrow(), skb, &dest, dev);
+                return;
+            }
+        }
         let ah = if dest.is_multicast() {
             if dest.gid() != this.broadcast.gid() {
                 // Only the broadcast group is joined so far; other groups are dropped.
@@ -270,21 +301,10 @@ impl UdPort {
             bump(&c.tx_dropped, 1);
             return;
         }
-        let (buf, last) = {
-            let mut pool = self.tx_pool.lock();
-            let buf = pool.iter_mut().find_map(|slot| slot.take());
-            // Stops at the first idle buffer: no need to count them all per packet.
-            (buf, !pool.iter().any(|s| s.is_some()))
-        };
-        let Some(mut buf) = buf else {
-            dev.stop_queue();
+        let Some(mut buf) = self.buffers.take(dev) else {
             bump(&c.tx_dropped, 1);
             return;
         };
-        if last {
-            // The last buffer is in flight: wait for completions to free some.
-            dev.stop_queue();
-        }
         let n = len as usize;
         if skb
             .copy_bits(HWADDR_LEN as u32, &mut buf.as_mut_slice()[..n])
@@ -395,17 +415,14 @@ impl UdPort {
     }
 
     fn return_buffer(&self, buf: DmaBuffer) {
-        let mut pool = self.tx_pool.lock();
-        if let Some(slot) = pool.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(buf);
-        }
+        self.buffers.give(buf);
     }
 
-    /// Turns one received datagram into an skb for the stack, or drops it.
+    /// Hands one received datagram to the stack, or drops it.
     fn receive(&self, wc: &WorkCompletion, buf: &DmaBuffer, napi: &Napi) {
         let c = &self.counters;
         let len = wc.byte_len() as usize;
-        let Some(data) = buf.as_slice().get(UD_GRH_LEN..len) else {
+        let Some(msg) = buf.as_slice().get(UD_GRH_LEN..len) else {
             bump(&c.rx_errors, 1);
             return;
         };
@@ -415,35 +432,6 @@ impl UdPort {
         if wc.src_qp() == self.local.qpn() && grh[8..24] == self.local.gid().0 {
             return;
         }
-        let Ok((header, _)) = EncapHeader::parse(data) else {
-            bump(&c.rx_dropped, 1);
-            return;
-        };
-        if header.protocol().is_none() {
-            bump(&c.rx_dropped, 1);
-            return;
-        }
-        let dev = napi.device();
-        let total = (HWADDR_LEN + data.len()) as u32;
-        let Ok(mut skb) = SkBuff::alloc(dev, total, GFP_ATOMIC) else {
-            bump(&c.rx_dropped, 1);
-            return;
-        };
-        // A zeroed pseudo header, then the datagram; the MAC header spans both.
-        let copied = skb.put(total).map(|room| {
-            room[..HWADDR_LEN].fill(0);
-            room[HWADDR_LEN..].copy_from_slice(data);
-        });
-        if copied.is_err() {
-            bump(&c.rx_dropped, 1);
-            return;
-        }
-        skb.reset_mac_header();
-        if skb.pull(wire::HARD_HEADER_LEN as u32).is_err() {
-            bump(&c.rx_dropped, 1);
-            return;
-        }
-        skb.set_protocol(header.ethertype);
         let dgid = &grh[24..40];
         let pkt_type = if !wc.has_grh() || dgid[0] != 0xff {
             PacketType::Host
@@ -452,10 +440,7 @@ impl UdPort {
         } else {
             PacketType::Multicast
         };
-        skb.set_pkt_type(pkt_type);
-        bump(&c.rx_packets, 1);
-        bump(&c.rx_bytes, u64::from(skb.len()));
-        napi.gro_receive(skb);
+        rx::deliver(msg, pkt_type, napi, c);
     }
 
     /// Handles up to `budget` receives and all send completions; returns the receives done.
@@ -478,7 +463,11 @@ impl UdPort {
             }
         }
         self.send_pending(dev);
-        if dev.queue_stopped() {
+        let mut again = match &self.cm {
+            Some(cm) => cm.poll_tx(dev),
+            None => false,
+        };
+        if dev.queue_stopped() && self.buffers.any_idle() {
             dev.wake_queue();
         }
 
@@ -489,6 +478,12 @@ impl UdPort {
             let n = self.recv_cq.poll(&mut wcs[..want]).unwrap_or(0);
             for wc in &wcs[..n] {
                 let Some(buf) = self.qp.complete_recv(wc) else {
+                    // Not the UD queue pair's: a receive connection's, from the SRQ.
+                    if let Some(cm) = &self.cm {
+                        if let Some(buf) = cm.complete_recv(wc) {
+                            cm.receive(wc, buf, napi);
+                        }
+                    }
                     continue;
                 };
                 match wc.status() {
@@ -510,9 +505,12 @@ impl UdPort {
             // Re-arm both queues; completions that slipped in meanwhile need another round.
             let missed_rx = self.recv_cq.request_notify().unwrap_or(true);
             let missed_tx = self.send_cq.request_notify().unwrap_or(true);
-            if missed_rx || missed_tx {
-                napi.schedule_again();
-            }
+            again |= missed_rx || missed_tx;
+        } else {
+            again = false;
+        }
+        if again {
+            napi.schedule_again();
         }
         done
     }
@@ -539,12 +537,50 @@ impl UdPort {
     }
 
     pub(crate) fn fill_stats(&self, stats: &mut Stats64) {
-        let c = &self.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        stats.set_rx(l(&c.rx_packets), l(&c.rx_bytes));
-        stats.set_tx(l(&c.tx_packets), l(&c.tx_bytes));
-        stats.set_rx_errors(l(&c.rx_errors), l(&c.rx_dropped));
-        stats.set_tx_errors(l(&c.tx_errors), l(&c.tx_dropped));
+        self.counters.fill(stats);
+    }
+
+    /// Whether unicast to peers that offer it goes over connections.
+    pub(crate) fn connected(&self) -> bool {
+        self.cm.is_some() && self.connected.load(Ordering::Relaxed)
+    }
+
+    /// The largest MTU the interface takes in its current mode.
+    pub(crate) fn max_mtu(&self) -> u32 {
+        if self.connected() {
+            CM_MTU
+        } else {
+            self.mtu
+        }
+    }
+
+    /// The largest MTU of any mode the interface offers.
+    pub(crate) fn mode_max_mtu(&self) -> u32 {
+        if self.cm.is_some() {
+            CM_MTU
+        } else {
+            self.mtu
+        }
+    }
+
+    /// The interface comes up: completions armed, connections accepted.
+    pub(crate) fn start(&self) -> Result {
+        self.arm();
+        if let Some(cm) = &self.cm {
+            cm.start()?;
+        }
+        Ok(())
+    }
+
+    /// The interface goes down: held packets dropped, connections destroyed, and no work
+    /// left running.
+    pub(crate) fn stop(&self) {
+        self.drop_pending();
+        if let Some(cm) = &self.cm {
+            cm.stop();
+        }
+        self.resolve_work.flush();
+        self.drop_pending();
     }
 }
 

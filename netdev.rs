@@ -47,7 +47,7 @@ impl Operations for IpoibNetdev {
     }
 
     fn open(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result {
-        port.arm();
+        port.start()?;
         if port.port_active() {
             dev.carrier_on();
         }
@@ -58,7 +58,7 @@ impl Operations for IpoibNetdev {
     fn stop(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result {
         dev.stop_queue();
         dev.carrier_off();
-        port.drop_pending();
+        port.stop();
         Ok(())
     }
 
@@ -84,7 +84,7 @@ impl Operations for IpoibNetdev {
     }
 
     fn change_mtu(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, new_mtu: u32) -> Result {
-        if new_mtu < MIN_MTU || new_mtu > port.mtu {
+        if new_mtu < MIN_MTU || new_mtu > port.max_mtu() {
             return Err(EINVAL);
         }
         Ok(())

@@ -214,3 +214,57 @@ impl EncapHeader {
         EtherType::from_u16(self.ethertype)
     }
 }
+
+/// Connected mode (RFC 4755): a node listens on this base ORed with its UD QPN.
+pub const CM_SERVICE_ID_BASE: u64 = 0x1000_0000_0000_0000;
+/// The largest IPoIB MTU in connected mode.
+pub const CM_MTU: u32 = 65520;
+/// What a connection's receive buffers hold: the MTU plus the encapsulation header. Also
+/// the mtu a node announces in its REQ and REP.
+pub const CM_BUF_SIZE: u32 = CM_MTU + ENCAP_HEADER_LEN as u32;
+/// Bytes of the private data of a connected-mode REQ or REP.
+pub const CM_PRIVATE_DATA_LEN: usize = 8;
+
+/// The service a connection request to the node with UD QP `qpn` is sent to.
+pub fn cm_service_id(qpn: u32) -> u64 {
+    CM_SERVICE_ID_BASE | u64::from(qpn & MAX_QPN)
+}
+
+/// The private data of a connected-mode REQ or REP: the sender's UD QPN and the largest
+/// message it receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmPrivateData {
+    /// The sender's UD QPN (24 bits; the top byte is ignored on receive).
+    pub qpn: u32,
+    /// The largest message (IPoIB header included) the sender receives.
+    pub mtu: u32,
+}
+
+impl CmPrivateData {
+    /// Reads the private data at the start of `bytes` (the CM delivers more bytes than
+    /// were sent, zero-padded).
+    pub fn parse(bytes: &[u8]) -> Result<Self, WireError> {
+        let b = bytes
+            .get(..CM_PRIVATE_DATA_LEN)
+            .ok_or(WireError::BadLength)?;
+        Ok(Self {
+            qpn: u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & MAX_QPN,
+            mtu: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+        })
+    }
+
+    /// The bytes on the wire.
+    pub fn to_bytes(self) -> [u8; CM_PRIVATE_DATA_LEN] {
+        let q = self.qpn.to_be_bytes();
+        let m = self.mtu.to_be_bytes();
+        [q[0], q[1], q[2], q[3], m[0], m[1], m[2], m[3]]
+    }
+
+    /// The largest IPoIB payload the sender receives, `None` when the announced mtu leaves
+    /// no room after the header (such a reply is refused).
+    pub fn payload_mtu(&self) -> Option<u32> {
+        self.mtu
+            .checked_sub(ENCAP_HEADER_LEN as u32)
+            .filter(|&m| m > 0)
+    }
+}

@@ -97,3 +97,14 @@ void rust_helper_skb_reset_mac_header(struct sk_buff *skb)
 {
 	skb_reset_mac_header(skb);
 }
+
+struct skb_shared_info *rust_helper_skb_shinfo(const struct sk_buff *skb)
+{
+	return skb_shinfo(skb);
+}
+
+void rust_helper_skb_add_rx_frag(struct sk_buff *skb, int i, struct page *page,
+				 int off, int size, unsigned int truesize)
+{
+	skb_add_rx_frag(skb, i, page, off, size, truesize);
+}

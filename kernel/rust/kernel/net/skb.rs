@@ -8,9 +8,11 @@ use super::dev::NetDevice;
 use crate::{
     alloc::Flags,
     bindings,
-    error::{code::EINVAL, code::ENOMEM, to_result, Result},
+    error::{code::EINVAL, code::ENOMEM, code::ENOSPC, to_result, Result},
+    ffi::c_int,
+    page::{Page, PAGE_SIZE},
 };
-use core::ptr::NonNull;
+use core::{mem::ManuallyDrop, ptr::NonNull};
 
 /// Who a received packet was addressed to (`PACKET_*` of `if_packet.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,6 +233,43 @@ impl SkBuff {
                 .__bindgen_anon_1
                 .dev = dev.as_raw()
         };
+    }
+
+    /// Appends a copy of `data` as page fragments, in pages allocated with `flags`: large
+    /// messages then need no high-order allocation. At most `MAX_SKB_FRAGS` fragments fit;
+    /// more data gives `ENOSPC` (with part of it appended). A cloned skb gives `EINVAL`.
+    pub fn append_paged(&mut self, mut data: &[u8], flags: Flags) -> Result {
+        if self.is_cloned() {
+            return Err(EINVAL);
+        }
+        while !data.is_empty() {
+            // SAFETY: By the type invariant the skb is valid; its shared info exists.
+            let nr = unsafe { (*bindings::skb_shinfo(self.raw())).nr_frags };
+            if u32::from(nr) >= bindings::MAX_SKB_FRAGS {
+                return Err(ENOSPC);
+            }
+            let n = data.len().min(PAGE_SIZE);
+            let page = Page::alloc_page(flags)?;
+            // SAFETY: `data` is valid for reads of `n` bytes and does not overlap the new page.
+            unsafe { page.write_raw(data.as_ptr(), 0, n)? };
+            // The skb takes over the page reference.
+            let page = ManuallyDrop::new(page);
+            // SAFETY: The skb is valid, owned and not cloned, so its fragments are ours to
+            // extend; `nr` is below `MAX_SKB_FRAGS`; `page` holds `n` bytes at offset 0 and its
+            // reference is handed over.
+            unsafe {
+                bindings::skb_add_rx_frag(
+                    self.raw(),
+                    c_int::from(nr),
+                    page.as_ptr(),
+                    0,
+                    n as c_int,
+                    PAGE_SIZE as u32,
+                )
+            };
+            data = &data[n..];
+        }
+        Ok(())
     }
 
     /// Frees the skb as successfully consumed (not counted as a drop).

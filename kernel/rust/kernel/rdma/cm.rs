@@ -99,6 +99,29 @@ impl PathRecord {
     }
 }
 
+impl PathRecord {
+    /// A RoCE v2 path to a peer whose GID is an IPv6 link-local address derived from its MAC
+    /// (the default GID of every RoCE port), which gives the destination MAC without a
+    /// neighbour lookup. Other GIDs give `EINVAL`.
+    pub fn roce_v2_link_local(sgid: &Gid, dgid: &Gid, mtu: super::device::Mtu) -> Result<Self> {
+        let g = &dgid.0;
+        // fe80::/64 with a modified EUI-64 interface id (ff:fe in the middle).
+        let link_local = g[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && g[11] == 0xff && g[12] == 0xfe;
+        if !link_local {
+            return Err(EINVAL);
+        }
+        let dmac = [g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]];
+        Ok(Self::roce_v2(sgid, dgid, mtu, dmac))
+    }
+}
+
+/// A random 24-bit packet sequence number to start a connection with, so that packets of an
+/// earlier connection between the same queue pair numbers are not taken for new ones.
+pub fn random_psn() -> u32 {
+    // SAFETY: `get_random_u32` has no preconditions and may be called in any context.
+    unsafe { bindings::get_random_u32() & 0xff_ffff }
+}
+
 /// The parameters of a connection request that vary between users.
 pub struct ReqParams<'a> {
     /// The path to the peer.

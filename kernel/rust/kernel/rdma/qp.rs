@@ -455,6 +455,17 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Sends posted and not yet completed through this object. Their buffers are freed with
+    /// the queue pair if it is dropped first.
+    pub fn sends_in_flight(&self) -> usize {
+        self.send
+            .lock()
+            .entries
+            .iter()
+            .filter(|s| s.is_some())
+            .count()
+    }
+
     /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU;
     /// `None` if `wc` is not a receive completion of this queue pair's own receive queue.
     pub fn complete_recv(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {

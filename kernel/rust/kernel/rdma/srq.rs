@@ -4,7 +4,9 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
 
-use super::{cq::WorkCompletion, dma::DmaBuffer, pd::ProtectionDomain, qp::RecvRing};
+use super::{
+    cq::WorkCompletion, device::Device, dma::DmaBuffer, pd::ProtectionDomain, qp::RecvRing,
+};
 use crate::{
     bindings,
     error::{code::EINVAL, from_err_ptr, Error, Result},
@@ -63,6 +65,13 @@ impl SharedReceiveQueue {
             // SAFETY: Created above, nothing posted, referenced nowhere else.
             unsafe { bindings::ib_destroy_srq_user(srq.as_ptr(), core::ptr::null_mut()) };
         })
+    }
+
+    /// Whether `device` offers shared receive queues.
+    pub fn supported(device: &Device) -> bool {
+        // SAFETY: The device is valid; its attributes are set before registration and do not
+        // change afterwards.
+        unsafe { (*device.as_raw()).attrs.max_srq > 0 }
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_srq {

@@ -1,0 +1,116 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Connected mode (RFC 4755) between two hosts, soft-RoCE on each: MTU 65520, RC connections
+# made through the IB CM, large pings, netperf and a checked bulk transfer. Run on both
+# hosts with IPOIB_ROLE=server or client, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+. "$(dirname "$0")/lib.sh"
+
+SYNC_PORT=5001
+DATA_PORT=5002
+
+ktap_print_header
+if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
+	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
+	exit "$KSFT_SKIP"
+fi
+ktap_set_plan 12
+role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
+klog_mark
+start_mark=$KLOG_MARK
+
+ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+ipoib_check "$role: peer $peer answers ping" wait_for 60 ping -c 1 -W 1 "$peer"
+ipoib_check "$role: modprobe $MODULE" modprobe "$MODULE"
+
+case "$role" in
+server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
+*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
+esac
+# The address offers connected mode (flags byte 0x80) and the mode is connected.
+cm_offered() {
+	local addr
+	addr=$(cat /sys/class/net/ib0/address)
+	echo "address $addr"
+	[ "${addr:0:2}" = 80 ]
+}
+ipoib_check "$role: ib0 offers connected mode (address flags 0x80)" cm_offered
+cm_up() {
+	ip link set ib0 mtu 65520 && [ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] &&
+		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
+}
+ipoib_check "$role: ib0 up with MTU 65520" cm_up
+ipoib_check "$role: ping $ib_peer over ib0" wait_for 60 ping -c 1 -W 1 "$ib_peer"
+# frag_creates: IPv4 fragments this host made so far.
+frag_creates() { awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
+big_pings() {
+	local before after
+	before=$(frag_creates)
+	ping -c 3 -W 5 -s 60000 "$ib_peer" || return 1
+	after=$(frag_creates)
+	echo "IPv4 fragments created: $before before, $after after"
+	[ "$before" = "$after" ]
+}
+ipoib_check "$role: 60000-byte pings over ib0, unfragmented" big_pings
+# Each direction has its own connection: ours to the peer and the peer's to us.
+rc_qps() {
+	rdma res show qp type RC
+	[ "$(rdma res show qp type RC | grep -c "comm \[$MODULE\]")" -ge 2 ]
+}
+ipoib_check "$role: RC queue pairs of $MODULE on rxe0 (one per direction)" rc_qps
+
+# netperf_run HOST TEST "TEST-OPTIONS" LABEL: prints "NETPERF LABEL: figure unit".
+netperf_run() {
+	local out
+	out=$(timeout 90 netperf -H "$1" -t "$2" -l 5 -P 0 -- ${3:-} -o THROUGHPUT,THROUGHPUT_UNITS 2>&1) ||
+		{ echo "$out"; return 1; }
+	echo "$out" | tail -n 1 | awk -F, -v what="$4" 'NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = 1 } END { exit !ok }'
+}
+# A bulk transfer, checked end to end: the client sends, the server compares checksums.
+BULK=/tmp/bulk.bin
+if [ "$role" = server ]; then
+	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+	ipoib_check "$role: netserver running" eval 'pidof netserver >/dev/null'
+	receive_bulk() {
+		timeout 120 nc -l -p "$DATA_PORT" >"$BULK" </dev/null || return 1
+		local want got
+		want=$(timeout 60 nc -l -p "$DATA_PORT" </dev/null)
+		got=$(sha256sum <"$BULK" | cut -d' ' -f1)
+		echo "received $(stat -c %s "$BULK") bytes, sha256 $got, sender's $want"
+		[ -n "$want" ] && [ "$want" = "$got" ]
+	}
+	ipoib_check "$role: 32 MiB received over ib0 intact (sha256)" receive_bulk
+	ipoib_skip "$role: netperf over ib0 in connected mode" "the client runs it"
+else
+	ipoib_skip "$role: netserver running" "the server runs it"
+	send_bulk() {
+		head -c 33554432 /dev/urandom >"$BULK"
+		local sum
+		sum=$(sha256sum <"$BULK" | cut -d' ' -f1)
+		# bash's /dev/tcp closes the connection when the file is sent.
+		wait_for 30 eval 'timeout 120 cat "$BULK" >/dev/tcp/$ib_peer/$DATA_PORT' || return 1
+		wait_for 30 eval 'echo "$sum" >/dev/tcp/$ib_peer/$DATA_PORT'
+	}
+	ipoib_check "$role: 32 MiB sent over ib0 with its checksum" send_bulk
+	ipoib_check "$role: netperf over ib0 in connected mode" eval '
+		wait_for 30 eval "netperf -H $ib_peer -t TCP_RR -l 1 >/dev/null 2>&1" &&
+		netperf_run "$ib_peer" TCP_STREAM "-m 65536" "ib0 (connected, MTU 65520) TCP_STREAM" &&
+		netperf_run "$ib_peer" TCP_MAERTS "-m 65536" "ib0 (connected, MTU 65520) TCP_MAERTS" &&
+		netperf_run "$ib_peer" TCP_RR "" "ib0 (connected, MTU 65520) TCP_RR" &&
+		netperf_run "$ib_peer" UDP_STREAM "-m 60000" "ib0 (connected, MTU 65520) UDP_STREAM 60000"'
+fi
+ip -s link show ib0
+
+finish() {
+	if [ "$role" = server ]; then
+		timeout 240 nc -l -p "$SYNC_PORT" </dev/null >/dev/null
+	else
+		wait_for 60 eval 'echo done >/dev/tcp/$peer/$SYNC_PORT'
+	fi
+}
+finish || ktap_print_msg "peer did not finish in time"
+[ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
+rmmod "$MODULE"
+KLOG_MARK=$start_mark
+ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
+ktap_finished
