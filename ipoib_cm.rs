@@ -309,8 +309,11 @@ impl TxConnection {
                 private_data: &private,
                 srq: true,
                 responder_resources: 4,
-                retry_count: 0,
-                rnr_retry_count: 0,
+                // The C driver asks for no retries, which suits lossless InfiniBand; RoCE
+                // may drop packets (rxe does under load), so retry as often as allowed.
+                // Only our own queue pair is affected: peers see no difference.
+                retry_count: 7,
+                rnr_retry_count: 7,
                 max_cm_retries: 15,
             },
         )?;
@@ -373,8 +376,17 @@ impl TxConnection {
                         }
                         match wc.status() {
                             WcStatus::Success | WcStatus::Flushed => {}
-                            WcStatus::Error(_) => {
+                            WcStatus::Error(status) => {
                                 bump(&self.port.counters.tx_errors, 1);
+                                if !failed {
+                                    pr_info!(
+                                        "{} port {}: connection to {} failed (send status {})\n",
+                                        self.port.name(),
+                                        self.port.port,
+                                        self.dest,
+                                        status
+                                    );
+                                }
                                 failed = true;
                             }
                         }
@@ -515,7 +527,9 @@ impl ListenHandler for CmListen {
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let id = req.accept(conn.clone())?;
         let private = port.private_data();
-        if let Err(e) = id.id().send_rep(&conn.qp, psn, &private, true, 0) {
+        // The requester retries forever when our shared receive queue runs dry, rather than
+        // failing the connection (the C driver passes the REQ's count, 0, on).
+        if let Err(e) = id.id().send_rep(&conn.qp, psn, &private, true, 7) {
             pr_info!(
                 "{} port {}: reply to a connection request failed ({:?})\n",
                 port.name(),
@@ -653,6 +667,18 @@ impl CmPort {
         self.work.flush();
         // A run that was under way may have made a connection meanwhile.
         self.destroy_connections(true);
+    }
+
+    /// Closes every transmit connection (the interface left connected mode).
+    pub(crate) fn close_tx(self: &Arc<Self>) {
+        let mut dropped = 0;
+        for conn in self.tx.lock().values() {
+            let mut s = conn.state.lock();
+            s.phase = TxPhase::Dead;
+            dropped += s.held.clear();
+        }
+        bump(&self.counters.tx_dropped, dropped);
+        self.schedule_work();
     }
 
     /// Sends `skb` to `dest` over its transmit connection, made on first use.

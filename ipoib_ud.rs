@@ -19,6 +19,7 @@ use kernel::{
         dev::{NetDevice, Stats64},
         mcast::Ipv6McMembership,
         napi::{Napi, NapiHandle},
+        rtnl::RtnlGuard,
         skb::{PacketType, SkBuff},
     },
     new_spinlock_bh,
@@ -543,6 +544,44 @@ impl UdPort {
     /// Whether unicast to peers that offer it goes over connections.
     pub(crate) fn connected(&self) -> bool {
         self.cm.is_some() && self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Switches between datagram and connected mode, as a write to the `mode` file asks.
+    /// Connected mode raises the MTU to its largest; datagram mode clamps it to the UD MTU
+    /// and closes the transmit connections.
+    pub(crate) fn set_mode(&self, dev: &NetDevice, rtnl: &RtnlGuard, connected: bool) -> Result {
+        if connected == self.connected() {
+            return Ok(());
+        }
+        if connected {
+            if self.cm.is_none() {
+                pr_info!(
+                    "{}: connected mode not supported by the device\n",
+                    dev.name()
+                );
+                return Err(EINVAL);
+            }
+            self.connected.store(true, Ordering::Relaxed);
+            if let Err(e) = dev.set_mtu(rtnl, CM_MTU) {
+                self.connected.store(false, Ordering::Relaxed);
+                return Err(e);
+            }
+        } else {
+            self.connected.store(false, Ordering::Relaxed);
+            if dev.mtu() > self.mtu {
+                dev.set_mtu(rtnl, self.mtu)?;
+            }
+            if let Some(cm) = &self.cm {
+                cm.close_tx();
+            }
+        }
+        pr_info!(
+            "{}: {} mode, MTU {}\n",
+            dev.name(),
+            if connected { "connected" } else { "datagram" },
+            dev.mtu()
+        );
+        Ok(())
     }
 
     /// The largest MTU the interface takes in its current mode.

@@ -7,10 +7,14 @@ use crate::{
     ipoib_ud::UdPort,
     wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN},
 };
+use core::fmt::Write;
 use kernel::{
+    c_str,
     net::{
         dev::{NetDevice, Operations, Setup, Stats64, TxResult},
+        dev_attr::{Attribute, AttributeText},
         napi::Napi,
+        rtnl::{restart_syscall, RtnlGuard},
         skb::SkBuff,
     },
     prelude::*,
@@ -25,6 +29,20 @@ const IFF_MULTICAST: u32 = 0x1000;
 const MIN_MTU: u32 = 68;
 /// Packets the stack may queue for us: twice the send ring, as the C driver does.
 const TX_QUEUE_LEN: u32 = 2 * crate::ipoib_ud::SEND_RING;
+
+/// `/sys/class/net/ibN/mode`: `datagram` or `connected`, as in the C driver.
+const ATTR_MODE: usize = 0;
+/// `/sys/class/net/ibN/pkey`: the partition key, read-only.
+const ATTR_PKEY: usize = 1;
+
+/// The mode named by what was written to the `mode` file (one trailing newline allowed).
+fn parse_mode(input: &[u8]) -> Option<bool> {
+    match input.strip_suffix(b"\n").unwrap_or(input) {
+        b"connected" => Some(true),
+        b"datagram" => Some(false),
+        _ => None,
+    }
+}
 
 /// The operations of an IPoIB interface.
 pub(crate) struct IpoibNetdev;
@@ -96,5 +114,56 @@ impl Operations for IpoibNetdev {
 
     fn get_stats64(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, stats: &mut Stats64) {
         port.fill_stats(stats);
+    }
+
+    const ATTRIBUTES: &'static [Attribute] = &[
+        Attribute {
+            name: c_str!("mode"),
+            writable: true,
+        },
+        Attribute {
+            name: c_str!("pkey"),
+            writable: false,
+        },
+    ];
+
+    fn attribute_show(
+        _dev: &NetDevice,
+        port: ArcBorrow<'_, UdPort>,
+        index: usize,
+        text: &mut AttributeText<'_>,
+    ) -> Result {
+        match index {
+            ATTR_MODE => {
+                let mode = if port.connected() {
+                    "connected"
+                } else {
+                    "datagram"
+                };
+                writeln!(text, "{mode}")
+            }
+            ATTR_PKEY => writeln!(text, "0x{:04x}", wire::DEFAULT_PKEY),
+            _ => return Err(EINVAL),
+        }
+        .map_err(|_| EINVAL)
+    }
+
+    fn attribute_store(
+        dev: &NetDevice,
+        port: ArcBorrow<'_, UdPort>,
+        index: usize,
+        input: &[u8],
+    ) -> Result {
+        if index != ATTR_MODE {
+            return Err(EINVAL);
+        }
+        let Some(connected) = parse_mode(input) else {
+            pr_info!("{}: mode must be datagram or connected\n", dev.name());
+            return Err(EINVAL);
+        };
+        let Some(rtnl) = RtnlGuard::try_lock() else {
+            return Err(restart_syscall());
+        };
+        port.set_mode(dev, &rtnl, connected)
     }
 }

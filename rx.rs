@@ -14,9 +14,11 @@ use kernel::{
     prelude::*,
 };
 
-/// Bytes of a message copied into the skb's linear part; the rest goes into page fragments,
-/// so that even a 64 KiB message needs only order-0 allocations.
-const LINEAR_MAX: usize = 256;
+/// Messages up to this size are copied whole into the skb's linear part.
+const COPY_MAX: usize = 2048;
+/// Of a larger message, the bytes copied into the linear part (the headers); the rest goes
+/// into page fragments, so that even a 64 KiB message needs only order-0 allocations.
+const HEAD_LEN: usize = 256;
 
 /// Passes `msg` (the 4-byte IPoIB header, then the payload) up as a packet of `pkt_type`;
 /// drops it, counted, when its protocol is not one IPoIB carries or memory is short.
@@ -42,7 +44,12 @@ pub(crate) fn deliver(msg: &[u8], pkt_type: PacketType, napi: &Napi, c: &Counter
 /// An skb holding a zeroed pseudo header and `msg`, with the MAC header spanning both
 /// (as the C driver exposes it) and the data starting after it.
 fn build(msg: &[u8], ethertype: u16, pkt_type: PacketType, napi: &Napi) -> Result<SkBuff> {
-    let (head, rest) = msg.split_at(msg.len().min(LINEAR_MAX));
+    let linear = if msg.len() <= COPY_MAX {
+        msg.len()
+    } else {
+        HEAD_LEN
+    };
+    let (head, rest) = msg.split_at(linear);
     let linear = (HWADDR_LEN + head.len()) as u32;
     let mut skb = SkBuff::alloc(napi.device(), linear, GFP_ATOMIC)?;
     let room = skb.put(linear)?;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 #include <linux/netdevice.h>
+#include <linux/sched/signal.h>
 #include <linux/skbuff.h>
 
 void *rust_helper_netdev_priv(const struct net_device *dev)
@@ -107,4 +108,9 @@ void rust_helper_skb_add_rx_frag(struct sk_buff *skb, int i, struct page *page,
 				 int off, int size, unsigned int truesize)
 {
 	skb_add_rx_frag(skb, i, page, off, size, truesize);
+}
+
+int rust_helper_restart_syscall(void)
+{
+	return restart_syscall();
 }

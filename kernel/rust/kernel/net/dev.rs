@@ -5,12 +5,14 @@
 //! C header: [`include/linux/netdevice.h`](srctree/include/linux/netdevice.h).
 
 use super::{
+    dev_attr::{Attribute, AttributeTable, AttributeText},
     napi::{Napi, NapiHandle},
+    rtnl::RtnlGuard,
     skb::SkBuff,
 };
 use crate::{
     bindings, build_error,
-    error::{code::EINVAL, code::ENOMEM, from_result, to_result, Result},
+    error::{code::EINVAL, code::EIO, code::ENOMEM, from_result, to_result, Result},
     ffi::{c_int, c_void},
     prelude::*,
     str::CStr,
@@ -54,6 +56,14 @@ impl NetDevice {
         // SAFETY: `name` is a NUL-terminated array inside the valid device; the core changes it
         // only under RTNL with the device down, as the C drivers that print it assume.
         unsafe { CStr::from_char_ptr((*self.as_raw()).name.as_ptr()) }
+    }
+
+    /// Changes the MTU as `ip link set NAME mtu MTU` does: checked against the device's range
+    /// and by its driver, and announced to the stack.
+    pub fn set_mtu(&self, _rtnl: &RtnlGuard, mtu: u32) -> Result {
+        let mtu = c_int::try_from(mtu).map_err(|_| EINVAL)?;
+        // SAFETY: The device is valid and RTNL is held, as `dev_set_mtu` requires.
+        to_result(unsafe { bindings::dev_set_mtu(self.as_raw(), mtu) })
     }
 
     /// The current MTU.
@@ -306,6 +316,31 @@ pub trait Operations: Sized + 'static {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
+    /// The interface's own sysfs files, served by [`Operations::attribute_show`] and
+    /// [`Operations::attribute_store`] with their index in this list.
+    const ATTRIBUTES: &'static [Attribute] = &[];
+
+    /// Writes the content of file `index` of [`Operations::ATTRIBUTES`] (process context).
+    fn attribute_show(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _index: usize,
+        _text: &mut AttributeText<'_>,
+    ) -> Result {
+        Err(EIO)
+    }
+
+    /// Takes a write of `input` to file `index` of [`Operations::ATTRIBUTES`] (process
+    /// context, without RTNL: see [`RtnlGuard::try_lock`]).
+    fn attribute_store(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _index: usize,
+        _input: &[u8],
+    ) -> Result {
+        Err(EIO)
+    }
+
     /// Fills the interface counters.
     fn get_stats64(
         _dev: &NetDevice,
@@ -316,7 +351,7 @@ pub trait Operations: Sized + 'static {
     }
 }
 
-struct Adapter<T: Operations>(PhantomData<T>);
+pub(crate) struct Adapter<T: Operations>(PhantomData<T>);
 
 impl<T: Operations> Adapter<T> {
     const OPS: bindings::net_device_ops = bindings::net_device_ops {
@@ -405,7 +440,7 @@ impl<T: Operations> Adapter<T> {
     /// # Safety
     ///
     /// `dev` must be a device registered by [`Registration::<T>::new`].
-    unsafe fn data<'a>(
+    pub(crate) unsafe fn data<'a>(
         dev: *mut bindings::net_device,
     ) -> <T::Data as ForeignOwnable>::Borrowed<'a> {
         // SAFETY: The private area of such a device holds the data pointer, set before
@@ -555,6 +590,8 @@ impl<T: Operations> Adapter<T> {
 pub struct Registration<T: Operations> {
     dev: NonNull<bindings::net_device>,
     napi: Option<NapiHandle>,
+    /// The sysfs files; freed after the device is unregistered, which removes them.
+    _attributes: Option<KBox<AttributeTable<T>>>,
     _ops: PhantomData<T>,
 }
 
@@ -595,6 +632,7 @@ impl<T: Operations> Registration<T> {
                 n.0.attached.store(false, Ordering::Release);
             }
         };
+        let attributes = AttributeTable::<T>::new().inspect_err(|_| release_napi(&napi))?;
         let size = core::mem::size_of::<*const c_void>() as c_int;
         // SAFETY: `name` is NUL-terminated; the setup callback is ours; one queue each way.
         let dev = unsafe {
@@ -628,6 +666,10 @@ impl<T: Operations> Registration<T> {
             if T::HAS_HEADER_CREATE || T::HAS_HEADER_PARSE {
                 (*raw).header_ops = &Adapter::<T>::HEADER_OPS;
             }
+            if let Some(table) = &attributes {
+                // The first group is the driver's; the core adds its own after it.
+                (*raw).sysfs_groups[0] = table.group();
+            }
             *bindings::netdev_priv(raw).cast::<*const c_void>() = data.into_foreign();
             if let Some(n) = &napi {
                 // The context starts disabled; `open` enables it.
@@ -655,6 +697,7 @@ impl<T: Operations> Registration<T> {
         Ok(Self {
             dev,
             napi,
+            _attributes: attributes,
             _ops: PhantomData,
         })
     }

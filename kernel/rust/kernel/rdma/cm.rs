@@ -92,7 +92,8 @@ impl PathRecord {
         p.rate_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
         p.rate = bindings::ib_rate_IB_RATE_PORT_CURRENT as u8;
         p.packet_life_time_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
-        p.packet_life_time = 18;
+        // As the RDMA CM does for RoCE: an ACK timeout of about half a second.
+        p.packet_life_time = 16;
         p.__bindgen_anon_1.roce.route_resolved = true;
         p.__bindgen_anon_1.roce.dmac = dmac;
         Self(p)

@@ -13,7 +13,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 13
+ktap_set_plan 15
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -56,6 +56,17 @@ ib_attrs() {
 		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
 }
 ipoib_check "$role: ib0 is InfiniBand (type 32) with QPN+GID address, broadcast, MTU 1020" ib_attrs
+# The mode file: connected by default (the port offers it), P_Key read-only; this test runs
+# datagram mode, two_hosts_cm.sh connected mode.
+mode_file() {
+	local m=/sys/class/net/ib0/mode
+	echo "mode $(cat $m), pkey $(cat /sys/class/net/ib0/pkey)"
+	[ "$(cat $m)" = connected ] && [ "$(cat /sys/class/net/ib0/pkey)" = 0xffff ] &&
+		! echo bogus >$m 2>/dev/null && ! echo 1 >/sys/class/net/ib0/pkey 2>/dev/null &&
+		echo datagram >$m && [ "$(cat $m)" = datagram ] &&
+		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
+}
+ipoib_check "$role: mode connected by default, switched to datagram; bad modes refused" mode_file
 ib_up() {
 	ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
 		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
@@ -65,10 +76,11 @@ ipoib_check "$role: ping $ib_peer over ib0 (ARP by broadcast, unicast replies)" 
 	wait_for 60 ping -c 1 -W 1 "$ib_peer"
 mtu_rules() {
 	! ip link set ib0 mtu 1021 2>/dev/null && ! ip link set ib0 mtu 67 2>/dev/null &&
+		! ifconfig ib0 mtu 65520 2>/dev/null &&
 		ip link set ib0 mtu 576 && ip link set ib0 mtu 1020 &&
 		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
 }
-ipoib_check "$role: MTU above the UD MTU (1021) or below 68 refused, 576..1020 accepted" mtu_rules
+ipoib_check "$role: datagram MTU above 1020 (1021, 65520) or below 68 refused, 576..1020 accepted" mtu_rules
 # 992 bytes of ICMP payload fill the 1020-byte MTU exactly; 3000 need IPv4 fragments.
 ipoib_check "$role: full-MTU and fragmented pings over ib0" \
 	eval 'ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
@@ -96,6 +108,12 @@ else
 		netperf_run "$peer" TCP_STREAM "-m 16384" "eth0 TCP_STREAM"
 fi
 ip -s link show ib0
+# Datagram mode sends unicast over the UD QP: no RC queue pair of the module exists.
+no_rc_qps() {
+	rdma res show qp type RC
+	! rdma res show qp type RC | grep -q "comm \[$MODULE\]"
+}
+ipoib_check "$role: datagram mode made no RC connection" no_rc_qps
 
 # Finish together: the client tells the server it is done, so neither tears down early.
 finish() {

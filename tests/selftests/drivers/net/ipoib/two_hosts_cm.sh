@@ -13,7 +13,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 12
+ktap_set_plan 13
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -30,12 +30,13 @@ esac
 cm_offered() {
 	local addr
 	addr=$(cat /sys/class/net/ib0/address)
-	echo "address $addr"
-	[ "${addr:0:2}" = 80 ]
+	echo "address $addr, mode $(cat /sys/class/net/ib0/mode)"
+	[ "${addr:0:2}" = 80 ] && [ "$(cat /sys/class/net/ib0/mode)" = connected ]
 }
-ipoib_check "$role: ib0 offers connected mode (address flags 0x80)" cm_offered
+ipoib_check "$role: ib0 offers connected mode (address flags 0x80) and uses it" cm_offered
+# As in the original connected-mode instructions: modprobe, then ifconfig ib0 mtu 65520.
 cm_up() {
-	ip link set ib0 mtu 65520 && [ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] &&
+	ifconfig ib0 mtu 65520 && [ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] &&
 		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
 		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
 }
@@ -98,6 +99,25 @@ else
 		netperf_run "$ib_peer" TCP_MAERTS "-m 65536" "ib0 (connected, MTU 65520) TCP_MAERTS" &&
 		netperf_run "$ib_peer" TCP_RR "" "ib0 (connected, MTU 65520) TCP_RR" &&
 		netperf_run "$ib_peer" UDP_STREAM "-m 60000" "ib0 (connected, MTU 65520) UDP_STREAM 60000"'
+fi
+# Mode switches both ways while a TCP stream runs: the stream ends (survives or resets),
+# the MTU follows the mode, and large pings work again afterwards.
+switch_under_load() {
+	local m=/sys/class/net/ib0/mode pid
+	timeout 60 netperf -H "$ib_peer" -t TCP_STREAM -l 8 -P 0 -- -m 65536 >/tmp/switch.log 2>&1 &
+	pid=$!
+	sleep 2
+	echo datagram >$m && [ "$(cat /sys/class/net/ib0/mtu)" = 1020 ] || return 1
+	sleep 2
+	echo connected >$m && [ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] || return 1
+	wait "$pid"
+	echo "netperf during the switches exited with $?: $(tail -n 1 /tmp/switch.log)"
+	wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer"
+}
+if [ "$role" = client ]; then
+	ipoib_check "$role: mode switched both ways under a TCP stream" switch_under_load
+else
+	ipoib_skip "$role: mode switched both ways under a TCP stream" "the client switches"
 fi
 ip -s link show ib0
 

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Driver-specific sysfs files of a network device (`/sys/class/net/NAME/FILE`), declared
+//! in [`Operations::ATTRIBUTES`] and served by [`Operations::attribute_show`] and
+//! [`Operations::attribute_store`].
+//!
+//! C header: [`include/linux/device.h`](srctree/include/linux/device.h).
+
+use super::dev::{NetDevice, Operations};
+use crate::{
+    bindings,
+    error::{code::EINVAL, Result},
+    ffi::c_char,
+    prelude::*,
+    str::CStr,
+};
+use core::{fmt, marker::PhantomData};
+
+/// One file: its name and whether root may write it (everyone may read it).
+#[derive(Clone, Copy, Debug)]
+pub struct Attribute {
+    /// The file name.
+    pub name: &'static CStr,
+    /// Whether the file takes writes.
+    pub writable: bool,
+}
+
+/// The text of a file being read: one page, filled with `write!`.
+pub struct AttributeText<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl fmt::Write for AttributeText<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len.checked_add(s.len()).ok_or(fmt::Error)?;
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// A `struct device_attribute` that knows its index in [`Operations::ATTRIBUTES`].
+#[repr(C)]
+struct Slot {
+    attr: bindings::device_attribute,
+    index: usize,
+}
+
+/// The attribute group of every device of one [`Operations`] type, allocated per device
+/// registration because the group is built at run time.
+///
+/// # Invariants
+///
+/// `_ptrs` holds a pointer to each `_slots[i].attr.attr`, then null; `group.attrs` points
+/// to `_ptrs`. The vectors are never resized after construction, so the pointers stay valid
+/// while `self` lives.
+pub(crate) struct AttributeTable<T: Operations> {
+    /// Referenced by `ptrs` and sysfs, never read from Rust.
+    _slots: KVec<Slot>,
+    /// Referenced by `group` and sysfs.
+    _ptrs: KVec<*mut bindings::attribute>,
+    group: bindings::attribute_group,
+    _ops: PhantomData<T>,
+}
+
+impl<T: Operations> AttributeTable<T> {
+    /// The table for `T`, or `None` when `T` declares no attributes.
+    pub(crate) fn new() -> Result<Option<KBox<Self>>> {
+        if T::ATTRIBUTES.is_empty() {
+            return Ok(None);
+        }
+        let n = T::ATTRIBUTES.len();
+        let mut slots = KVec::with_capacity(n, GFP_KERNEL)?;
+        for (index, a) in T::ATTRIBUTES.iter().enumerate() {
+            // SAFETY: All-zero is a valid `device_attribute` (no callbacks, null name).
+            let mut attr: bindings::device_attribute = unsafe { core::mem::zeroed() };
+            attr.attr.name = a.name.as_char_ptr();
+            attr.attr.mode = if a.writable { 0o644 } else { 0o444 };
+            #[cfg(CONFIG_DEBUG_LOCK_ALLOC)]
+            {
+                // One static class for all of them, as `sysfs_attr_init` in a loop gives.
+                attr.attr.key = crate::static_lock_class!().as_ptr();
+            }
+            attr.show = Some(show_callback::<T>);
+            if a.writable {
+                attr.store = Some(store_callback::<T>);
+            }
+            slots.push(Slot { attr, index }, GFP_KERNEL)?;
+        }
+        let mut ptrs = KVec::with_capacity(n + 1, GFP_KERNEL)?;
+        for slot in slots.iter_mut() {
+            ptrs.push(&mut slot.attr.attr as *mut bindings::attribute, GFP_KERNEL)?;
+        }
+        ptrs.push(core::ptr::null_mut(), GFP_KERNEL)?;
+        // SAFETY: All-zero is a valid `attribute_group` (unnamed: files sit in the device's
+        // own directory).
+        let mut group: bindings::attribute_group = unsafe { core::mem::zeroed() };
+        group.attrs = ptrs.as_mut_ptr();
+        // INVARIANT: `ptrs` points into `slots`, null-terminated; `group` to `ptrs`.
+        Ok(Some(KBox::new(
+            Self {
+                _slots: slots,
+                _ptrs: ptrs,
+                group,
+                _ops: PhantomData,
+            },
+            GFP_KERNEL,
+        )?))
+    }
+
+    /// The group to install in `net_device::sysfs_groups[0]` before registration.
+    pub(crate) fn group(&self) -> *const bindings::attribute_group {
+        &self.group
+    }
+}
+
+/// # Safety
+///
+/// `attr` must be the `attr` field of a [`Slot`], and `dev` the `dev` field of a network
+/// device registered by a [`super::dev::Registration`].
+unsafe fn resolve<'a>(
+    dev: *mut bindings::device,
+    attr: *mut bindings::device_attribute,
+) -> (&'a NetDevice, usize) {
+    // SAFETY: Per the safety requirements both containers exist; `Slot` is `repr(C)` with
+    // `attr` first.
+    unsafe {
+        let ndev = crate::container_of!(dev, bindings::net_device, dev).cast_mut();
+        let slot = &*crate::container_of!(attr, Slot, attr);
+        (NetDevice::from_raw(ndev), slot.index)
+    }
+}
+
+/// # Safety
+///
+/// Called by sysfs only, for a file of an [`AttributeTable<T>`] installed on a device
+/// registered by [`super::dev::Registration<T>`]; `buf` is a page.
+unsafe extern "C" fn show_callback<T: Operations>(
+    dev: *mut bindings::device,
+    attr: *mut bindings::device_attribute,
+    buf: *mut c_char,
+) -> isize {
+    // SAFETY: Per the safety requirements; the files are removed when the device is
+    // unregistered, before the data is released.
+    let (ndev, index) = unsafe { resolve(dev, attr) };
+    // SAFETY: sysfs passes a page-sized buffer, ours for the call.
+    let page = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), bindings::PAGE_SIZE) };
+    let mut text = AttributeText { buf: page, len: 0 };
+    // SAFETY: The device was registered by `Registration<T>`.
+    let data = unsafe { super::dev::Adapter::<T>::data(ndev.as_raw()) };
+    match T::attribute_show(ndev, data, index, &mut text) {
+        Ok(()) => text.len as isize,
+        Err(e) => e.to_errno() as isize,
+    }
+}
+
+/// # Safety
+///
+/// As for [`show_callback`]; `buf` holds `count` bytes.
+unsafe extern "C" fn store_callback<T: Operations>(
+    dev: *mut bindings::device,
+    attr: *mut bindings::device_attribute,
+    buf: *const c_char,
+    count: usize,
+) -> isize {
+    // SAFETY: As in `show_callback`.
+    let (ndev, index) = unsafe { resolve(dev, attr) };
+    // SAFETY: sysfs passes `count` readable bytes.
+    let input = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), count) };
+    // SAFETY: The device was registered by `Registration<T>`.
+    let data = unsafe { super::dev::Adapter::<T>::data(ndev.as_raw()) };
+    match T::attribute_store(ndev, data, index, input) {
+        Ok(()) => isize::try_from(count).unwrap_or(EINVAL.to_errno() as isize),
+        Err(e) => e.to_errno() as isize,
+    }
+}

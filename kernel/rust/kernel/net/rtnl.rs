@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The routing netlink lock (RTNL), which serialises configuration changes of network
+//! devices.
+//!
+//! C header: [`include/linux/rtnetlink.h`](srctree/include/linux/rtnetlink.h).
+
+use crate::{
+    bindings,
+    error::{code::ERESTARTNOINTR, Error},
+};
+use core::marker::PhantomData;
+
+/// Proof that RTNL is held; released on drop.
+///
+/// # Invariants
+///
+/// The current task holds RTNL, taken when this guard was made.
+pub struct RtnlGuard {
+    /// RTNL is a mutex: it must be released by the task that took it.
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl RtnlGuard {
+    /// Takes RTNL if it is free.
+    ///
+    /// Writers of a device's sysfs files use this rather than waiting: unregistering a
+    /// device holds RTNL while it waits for those writers to finish. When RTNL is busy they
+    /// return [`restart_syscall`] and the write is retried.
+    pub fn try_lock() -> Option<Self> {
+        // SAFETY: `rtnl_trylock` may be called from any sleepable context.
+        if unsafe { bindings::rtnl_trylock() } != 0 {
+            // INVARIANT: just taken.
+            Some(Self {
+                _not_send: PhantomData,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for RtnlGuard {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant this task holds RTNL.
+        unsafe { bindings::rtnl_unlock() };
+    }
+}
+
+/// Makes the current system call restart once the task returns to user space (after a
+/// signal check), for a caller that could not take a lock it needs; returns the error to
+/// give back.
+pub fn restart_syscall() -> Error {
+    // SAFETY: `restart_syscall` only marks the current task; it is always safe to call from
+    // a system call.
+    let _ = unsafe { bindings::restart_syscall() };
+    ERESTARTNOINTR
+}
