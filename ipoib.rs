@@ -22,6 +22,7 @@ mod ipoib_cm;
 mod ipoib_ud;
 mod neigh;
 mod netdev;
+mod params;
 mod rx;
 mod send_buffers;
 mod stats;

@@ -213,7 +213,7 @@ impl TxConnection {
 
     /// Posts `skb` on the established connection; called with the state lock held, which
     /// keeps packets in order.
-    fn post(&self, s: &TxState, skb: SkBuff, dev: &NetDevice) {
+    fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice) {
         let c = &self.port.counters;
         let Some(link) = s.link.as_ref() else {
             bump(&c.tx_dropped, 1);
@@ -223,10 +223,10 @@ impl TxConnection {
             bump(&c.tx_dropped, 1);
             return;
         };
-        let max = self.mtu.load(Ordering::Relaxed) + wire::ENCAP_HEADER_LEN as u32;
-        if len > max || len as usize > self.port.buffers.size() {
-            // The stack sent more than the peer takes (it learns the MTU from the ICMP
-            // error that connected mode does not emit yet).
+        let mtu = self.mtu.load(Ordering::Relaxed);
+        if len > mtu + wire::ENCAP_HEADER_LEN as u32 || len as usize > self.port.buffers.size() {
+            // More than the peer takes: the stack learns its MTU, as from a router.
+            let _ = skb.report_too_big(mtu);
             bump(&c.tx_dropped, 1);
             return;
         }

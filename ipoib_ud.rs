@@ -7,7 +7,7 @@ use crate::{
     cq::CqEvents,
     ipoib_cm::{self, CmPort},
     neigh::Neighbours,
-    rx,
+    params, rx,
     send_buffers::SendBuffers,
     stats::{bump, Counters},
     wire::{self, HwAddr, CM_BUF_SIZE, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
@@ -129,7 +129,7 @@ impl UdPort {
         )?;
         qp.ready(port, 0, wire::DEFAULT_QKEY)?;
         let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
-        let cm_capable = SharedReceiveQueue::supported(device);
+        let cm_capable = params::CM_ENABLED.get() && SharedReceiveQueue::supported(device);
         let buf_size = if cm_capable {
             CM_BUF_SIZE as usize
         } else {
@@ -225,7 +225,7 @@ impl UdPort {
                 neigh <- new_spinlock_bh!(Neighbours::new(), "UdPort::neigh"),
                 buffers,
                 counters,
-                connected: AtomicBool::new(cm.is_some()),
+                connected: AtomicBool::new(cm.is_some() && params::CONNECTED_MODE.get()),
                 cm,
                 active: AtomicBool::new(active),
                 pending <- new_spinlock_bh!(pending, "UdPort::pending"),
@@ -291,14 +291,17 @@ impl UdPort {
     }
 
     /// Posts `skb` (pseudo header first) to `dest` through `ah`.
-    fn send(&self, skb: SkBuff, dest: &HwAddr, ah: &Arc<AddressHandle>, dev: &NetDevice) {
+    fn send(&self, mut skb: SkBuff, dest: &HwAddr, ah: &Arc<AddressHandle>, dev: &NetDevice) {
         let c = &self.counters;
         let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
             bump(&c.tx_dropped, 1);
             return;
         };
-        // rxe drops an oversize UD send while reporting success: enforce the MTU here.
+        // rxe drops an oversize UD send while reporting success: enforce the MTU here. In
+        // connected mode the stack may send more toward a peer reached over UD: tell it the
+        // path MTU, as a router would.
         if len > self.mtu + ENCAP_HEADER_LEN as u32 {
+            let _ = skb.report_too_big(self.mtu);
             bump(&c.tx_dropped, 1);
             return;
         }

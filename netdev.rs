@@ -56,6 +56,8 @@ impl Operations for IpoibNetdev {
         dev.set_hard_header_len(HARD_HEADER_LEN as u16);
         dev.set_flags(IFF_BROADCAST | IFF_MULTICAST);
         dev.set_tx_queue_len(TX_QUEUE_LEN);
+        // Packets too big for a peer are reported back through their route.
+        dev.keep_dst();
         let bcast = HwAddr::broadcast(wire::DEFAULT_PKEY);
         if dev.set_addr_len(HWADDR_LEN as u8).is_err()
             || dev.set_broadcast(bcast.as_bytes()).is_err()

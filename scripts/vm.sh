@@ -52,7 +52,7 @@ one-host)
 	guests=(host0)
 	;;
 two-hosts)
-	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=two_hosts.sh,two_hosts_cm.sh"
+	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=two_hosts.sh,two_hosts_cm.sh,two_hosts_mixed.sh"
 	# Two UDP ports on loopback, one per guest end of the link.
 	base=$((20000 + RANDOM % 20000))
 	pa=$base pb=$((base + 1))

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
+#include <linux/icmpv6.h>
 #include <linux/netdevice.h>
 #include <linux/sched/signal.h>
 #include <linux/skbuff.h>
+#include <net/dst.h>
+#include <net/icmp.h>
 
 void *rust_helper_netdev_priv(const struct net_device *dev)
 {
@@ -113,4 +116,26 @@ void rust_helper_skb_add_rx_frag(struct sk_buff *skb, int i, struct page *page,
 int rust_helper_restart_syscall(void)
 {
 	return restart_syscall();
+}
+
+void rust_helper_icmp_ndo_send(struct sk_buff *skb_in, int type, int code, __be32 info)
+{
+	icmp_ndo_send(skb_in, type, code, info);
+}
+
+#if IS_ENABLED(CONFIG_IPV6)
+void rust_helper_icmpv6_ndo_send(struct sk_buff *skb_in, u8 type, u8 code, __u32 info)
+{
+	icmpv6_ndo_send(skb_in, type, code, info);
+}
+#endif
+
+void rust_helper_skb_dst_update_pmtu_no_confirm(struct sk_buff *skb, u32 mtu)
+{
+	skb_dst_update_pmtu_no_confirm(skb, mtu);
+}
+
+void rust_helper_netif_keep_dst(struct net_device *dev)
+{
+	netif_keep_dst(dev);
 }

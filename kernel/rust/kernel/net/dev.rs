@@ -199,6 +199,14 @@ impl Setup {
         unsafe { (*self.raw()).flags = flags };
     }
 
+    /// Keeps each packet's route attached until `start_xmit`, which the core otherwise
+    /// drops early: a driver that reports path MTU problems to the stack
+    /// ([`SkBuff::report_too_big`]) needs it.
+    pub fn keep_dst(&mut self) {
+        // SAFETY: The device is being set up by us alone.
+        unsafe { bindings::netif_keep_dst(self.raw()) };
+    }
+
     /// Length of the transmit queue in packets.
     pub fn set_tx_queue_len(&mut self, len: u32) {
         // SAFETY: The device is being set up by us alone.

@@ -191,6 +191,46 @@ impl SkBuff {
         };
     }
 
+    /// Tells the local sender of this IPv4 or IPv6 packet that it exceeds the path MTU
+    /// `mtu`, as a tunnel does from its transmit path: the route's cached path MTU is
+    /// lowered and an ICMP "fragmentation needed" (ICMPv6 "packet too big") is generated,
+    /// so TCP and UDP adapt. `EINVAL` for other protocols. The packet itself is left to the
+    /// caller, which drops it.
+    pub fn report_too_big(&mut self, mtu: u32) -> Result {
+        const ETH_P_IP: u16 = 0x0800;
+        #[cfg(CONFIG_IPV6)]
+        const ETH_P_IPV6: u16 = 0x86dd;
+        const ICMP_DEST_UNREACH: c_int = 3;
+        const ICMP_FRAG_NEEDED: c_int = 4;
+        match self.protocol() {
+            ETH_P_IP => {
+                // SAFETY: The skb is valid and ours; a packet without a route is skipped by
+                // the helper; the ICMP code reads the network header the stack set.
+                unsafe {
+                    bindings::skb_dst_update_pmtu_no_confirm(self.raw(), mtu);
+                    bindings::icmp_ndo_send(
+                        self.raw(),
+                        ICMP_DEST_UNREACH,
+                        ICMP_FRAG_NEEDED,
+                        mtu.to_be(),
+                    );
+                }
+                Ok(())
+            }
+            #[cfg(CONFIG_IPV6)]
+            ETH_P_IPV6 => {
+                const ICMPV6_PKT_TOOBIG: u8 = 2;
+                // SAFETY: As above, for IPv6.
+                unsafe {
+                    bindings::skb_dst_update_pmtu_no_confirm(self.raw(), mtu);
+                    bindings::icmpv6_ndo_send(self.raw(), ICMPV6_PKT_TOOBIG, 0, mtu);
+                }
+                Ok(())
+            }
+            _ => Err(EINVAL),
+        }
+    }
+
     /// Copies `to.len()` bytes starting at `offset` of the data (linear part and fragments)
     /// into `to`; `EINVAL` if the skb holds fewer.
     pub fn copy_bits(&self, offset: u32, to: &mut [u8]) -> Result {

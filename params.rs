@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Module parameters: `modprobe ib_ipoib NAME=VALUE`, listed by `modinfo ib_ipoib`.
+
+kernel::module_param!(
+    /// Whether interfaces offer connected mode (flag 0x80 in their address) and accept
+    /// connections.
+    pub(crate) CM_ENABLED,
+    "ib_ipoib",
+    "cm_enabled",
+    bool,
+    true,
+    "Offer connected mode (RFC 4755) where the device can (default 1; 0: datagram only)"
+);
+
+kernel::module_param!(
+    /// Whether interfaces that offer connected mode start in it.
+    pub(crate) CONNECTED_MODE,
+    "ib_ipoib",
+    "connected_mode",
+    bool,
+    true,
+    "Start interfaces in connected mode where offered (default 1; 0: datagram); /sys/class/net/ibN/mode switches later"
+);

@@ -1,0 +1,103 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# A mixed fabric: the server loads ib_ipoib with cm_enabled=0 (datagram only, no 0x80 in
+# its address), the client runs connected mode with MTU 65520. The client must reach the
+# server over UD, and packets too big for it must come back to the client's stack as a
+# locally generated ICMP "fragmentation needed", so the path MTU drops to 1020. Run on
+# both hosts with IPOIB_ROLE=server or client, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+. "$(dirname "$0")/lib.sh"
+
+SYNC_PORT=5001
+
+ktap_print_header
+if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
+	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
+	exit "$KSFT_SKIP"
+fi
+role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
+case "$role" in
+server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
+*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
+esac
+ktap_set_plan 10
+klog_mark
+start_mark=$KLOG_MARK
+
+ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+ipoib_check "$role: peer $peer answers ping" wait_for 60 ping -c 1 -W 1 "$peer"
+
+no_rc_qps() {
+	rdma res show qp type RC
+	! rdma res show qp type RC | grep -q "comm \[$MODULE\]"
+}
+
+if [ "$role" = server ]; then
+	ipoib_check "$role: modprobe $MODULE cm_enabled=0" modprobe "$MODULE" cm_enabled=0
+	datagram_only() {
+		local addr m=/sys/class/net/ib0/mode
+		addr=$(cat /sys/class/net/ib0/address)
+		echo "address $addr, mode $(cat $m), cm_enabled=$(cat /sys/module/$MODULE/parameters/cm_enabled)"
+		[ "${addr:0:2}" = 00 ] && [ "$(cat $m)" = datagram ] &&
+			[ "$(cat /sys/module/$MODULE/parameters/cm_enabled)" = N ] &&
+			! echo connected >$m 2>/dev/null && ! ip link set ib0 mtu 1021 2>/dev/null
+	}
+	ipoib_check "$role: datagram only: flags 0x00, mode datagram, connected mode refused" datagram_only
+else
+	ipoib_check "$role: modprobe $MODULE" modprobe "$MODULE"
+	cm_65520() {
+		ifconfig ib0 mtu 65520 && [ "$(cat /sys/class/net/ib0/mode)" = connected ] &&
+			[ "$(cat /sys/class/net/ib0/mtu)" = 65520 ]
+	}
+	ipoib_check "$role: connected mode, MTU 65520" cm_65520
+fi
+ib_up() {
+	ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
+}
+ipoib_check "$role: ib0 up" ib_up
+ipoib_check "$role: ping $ib_peer over ib0" wait_for 60 ping -c 1 -W 1 "$ib_peer"
+
+if [ "$role" = server ]; then
+	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+	ipoib_check "$role: netserver running" eval 'pidof netserver >/dev/null'
+else
+	frag_creates() { awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
+	# 3000 bytes fit the client's MTU but not the server's 1020: the first is refused with
+	# a local ICMP, the route learns MTU 1020, and the rest go out as IPv4 fragments.
+	pmtu_learnt() {
+		local before after out
+		before=$(frag_creates)
+		out=$(ping -c 4 -W 2 -s 3000 "$ib_peer")
+		echo "$out"
+		after=$(frag_creates)
+		ip route get "$ib_peer"
+		echo "IPv4 fragments created: $before before, $after after"
+		echo "$out" | grep -q "bytes from" && [ "$after" -gt "$before" ] &&
+			ip route get "$ib_peer" | grep -q "mtu 1020"
+	}
+	ipoib_check "$role: 3000-byte pings answered after the emulated ICMP set path MTU 1020" pmtu_learnt
+fi
+# TCP with MTU 65520 on one side: the MSS and path MTU fit the datagram peer.
+if [ "$role" = client ]; then
+	ipoib_check "$role: netperf TCP_STREAM to the datagram-only peer" eval '
+		wait_for 30 eval "netperf -H $ib_peer -t TCP_RR -l 1 >/dev/null 2>&1" &&
+		timeout 60 netperf -H "$ib_peer" -t TCP_STREAM -l 3 -P 0 -- -m 65536'
+else
+	ipoib_skip "$role: netperf TCP_STREAM to the datagram-only peer" "the client runs it"
+fi
+ipoib_check "$role: no RC connection made: the peer does not offer connected mode" no_rc_qps
+ip -s link show ib0
+
+finish() {
+	if [ "$role" = server ]; then
+		timeout 180 nc -l -p "$SYNC_PORT" </dev/null >/dev/null
+	else
+		wait_for 60 eval 'echo done >/dev/tcp/$peer/$SYNC_PORT'
+	fi
+}
+finish || ktap_print_msg "peer did not finish in time"
+[ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
+rmmod "$MODULE"
+KLOG_MARK=$start_mark
+ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
+ktap_finished
