@@ -7,13 +7,14 @@
 
 SYNC_PORT=5001
 DATA_PORT=5002
+RELOAD_PORT=5003
 
 ktap_print_header
 if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 13
+ktap_set_plan 15
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -81,7 +82,9 @@ if [ "$role" = server ]; then
 		[ -n "$want" ] && [ "$want" = "$got" ]
 	}
 	ipoib_check "$role: 32 MiB received over ib0 intact (sha256)" receive_bulk
+	iperf3 -s -D </dev/null >/dev/null 2>&1 3>&- 4>&-
 	ipoib_skip "$role: netperf over ib0 in connected mode" "the client runs it"
+	ipoib_check "$role: iperf3 server running" eval 'pidof iperf3 >/dev/null'
 else
 	ipoib_skip "$role: netserver running" "the server runs it"
 	send_bulk() {
@@ -99,6 +102,13 @@ else
 		netperf_run "$ib_peer" TCP_MAERTS "-m 65536" "ib0 (connected, MTU 65520) TCP_MAERTS" &&
 		netperf_run "$ib_peer" TCP_RR "" "ib0 (connected, MTU 65520) TCP_RR" &&
 		netperf_run "$ib_peer" UDP_STREAM "-m 60000" "ib0 (connected, MTU 65520) UDP_STREAM 60000"'
+	iperf3_parallel() {
+		local out
+		out=$(wait_for 30 eval 'timeout 60 iperf3 -c "$ib_peer" -P 8 -t 5 2>&1') || { echo "$out"; return 1; }
+		echo "$out" | grep -E "SUM.*(sender|receiver)"
+		echo "$out" | grep -qE "SUM.*receiver"
+	}
+	ipoib_check "$role: iperf3 with 8 parallel streams over ib0" iperf3_parallel
 fi
 # Mode switches both ways while a TCP stream runs: the stream ends (survives or resets),
 # the MTU follows the mode, and large pings work again afterwards.
@@ -119,6 +129,36 @@ if [ "$role" = client ]; then
 else
 	ipoib_skip "$role: mode switched both ways under a TCP stream" "the client switches"
 fi
+# The server's module goes away under a client stream and comes back: both ends tear the
+# connections down, and traffic resumes over new ones (the server announces its new
+# address with a gratuitous ARP).
+if [ "$role" = client ]; then
+	peer_reload() {
+		local pid n
+		timeout 120 netperf -H "$ib_peer" -t TCP_STREAM -l 20 -P 0 -- -m 65536 >/tmp/reload.log 2>&1 &
+		pid=$!
+		sleep 2
+		wait_for 30 eval 'echo go >/dev/tcp/$peer/$RELOAD_PORT' || return 1
+		wait "$pid"
+		echo "netperf across the reload exited with $?: $(tail -n 1 /tmp/reload.log)"
+		wait_for 90 ping -c 1 -W 2 -s 60000 "$ib_peer" || return 1
+		n=$(rdma res show qp type RC | grep -c "comm \[$MODULE\]")
+		rdma res show qp type RC
+		echo "$n RC queue pairs of $MODULE"
+		[ "$n" = 2 ]
+	}
+	ipoib_check "$role: peer module reloaded under a stream; traffic resumes, stale connections gone" peer_reload
+else
+	reload_under_stream() {
+		timeout 90 nc -l -p "$RELOAD_PORT" </dev/null >/dev/null || return 1
+		rmmod "$MODULE" || return 1
+		sleep 3
+		sysctl -qw net.ipv4.conf.default.arp_notify=1
+		modprobe "$MODULE" && ifconfig ib0 mtu 65520 && ip addr add "$ib_local/24" dev ib0 &&
+			ip link set ib0 up && wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
+	}
+	ipoib_check "$role: module removed under the client's stream and loaded again" reload_under_stream
+fi
 ip -s link show ib0
 
 finish() {
@@ -129,7 +169,7 @@ finish() {
 	fi
 }
 finish || ktap_print_msg "peer did not finish in time"
-[ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
+[ "$role" = server ] && kill $(pidof netserver) $(pidof iperf3) 2>/dev/null
 rmmod "$MODULE"
 KLOG_MARK=$start_mark
 ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
