@@ -5,6 +5,10 @@
 //! Crate root: the module, its IB client, and the interfaces it creates, one per port of
 //! every RDMA device (`ib0`, `ib1`, ...), removed with the device or the module.
 
+// The pinned initialisers of the connected-mode state need more macro recursion than the
+// default allows (as in Android's Rust binder).
+#![recursion_limit = "256"]
+
 use kernel::{
     c_str,
     net::{dev::Registration, napi::NapiHandle},

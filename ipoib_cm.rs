@@ -12,7 +12,7 @@
 
 use crate::{
     cq::TxCqEvents,
-    rx,
+    params, rx,
     send_buffers::SendBuffers,
     stats::{bump, Counters},
     wire::{self, CmPrivateData, HwAddr, CM_BUF_SIZE, CM_MTU, HWADDR_LEN},
@@ -33,7 +33,7 @@ use kernel::{
             self, CmId, CmIdRef, Event, GidAttr, Handler, ListenHandler, Listener, PathRecord,
             QpState, ReqParams, Request,
         },
-        cq::{CompletionQueue, WcStatus, WorkCompletion},
+        cq::{CompletionQueue, QpId, WcStatus, WorkCompletion},
         device::{Device, DeviceRef, Gid, Mtu},
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
@@ -41,7 +41,11 @@ use kernel::{
         srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, Mutex, SpinLockBh},
-    workqueue::{self, impl_has_work, new_work, Work, WorkItem},
+    time::{msecs_to_jiffies, Ktime},
+    workqueue::{
+        self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
+        WorkItem,
+    },
 };
 
 const OWNER: &CStr = c_str!("ib_ipoib");
@@ -522,6 +526,9 @@ impl ListenHandler for CmListen {
             GFP_KERNEL,
         )?;
         let key = port.rx_serial.fetch_add(1, Ordering::Relaxed);
+        let seen = RBTreeNode::new(conn.qp.id(), now_ms(), GFP_KERNEL)?;
+        let old = port.rx_seen.lock().insert(seen);
+        drop(old);
         let mut rx = port.rx.lock();
         // Room first: once accepted, the identifier must be kept.
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
@@ -578,9 +585,21 @@ pub(crate) struct CmPort {
     #[pin]
     rx: Mutex<RBTree<u64, CmId<RxConnection>>>,
     rx_serial: AtomicU64,
+    /// When each receive connection last delivered a message (ms, monotonic), by queue
+    /// pair: NAPI only knows a completion's queue pair.
+    #[pin]
+    rx_seen: SpinLockBh<RBTree<QpId, i64>>,
     /// Sets connections up and destroys them.
     #[pin]
     work: Work<CmPort>,
+    /// Closes idle receive connections, periodically while the interface is up.
+    #[pin]
+    stale_work: DelayedWork<CmPort, 1>,
+}
+
+/// Monotonic time in milliseconds.
+fn now_ms() -> i64 {
+    Ktime::ktime_get().to_ms()
 }
 
 impl CmPort {
@@ -626,7 +645,9 @@ impl CmPort {
                 tx_ids <- new_mutex!(RBTree::new(), "CmPort::tx_ids"),
                 rx <- new_mutex!(RBTree::new(), "CmPort::rx"),
                 rx_serial: AtomicU64::new(0),
+                rx_seen <- new_spinlock_bh!(RBTree::new(), "CmPort::rx_seen"),
                 work <- new_work!("CmPort::work"),
+                stale_work <- new_delayed_work!("CmPort::stale_work"),
             }),
             GFP_KERNEL,
         )
@@ -646,7 +667,7 @@ impl CmPort {
 
     /// Has the work item run; one already queued does the job.
     fn schedule_work(self: &Arc<Self>) {
-        let _ = workqueue::system().enqueue(self.clone());
+        let _ = workqueue::system().enqueue::<_, 0>(self.clone());
     }
 
     /// Starts listening for connections (the interface comes up).
@@ -655,7 +676,50 @@ impl CmPort {
         let listener = Listener::new(&self.device, wire::cm_service_id(self.local_qpn), listen)?;
         *self.listener.lock() = Some(listener);
         self.open.store(true, Ordering::Release);
+        self.schedule_stale_check();
         Ok(())
+    }
+
+    /// The idle time after which a receive connection is closed, in ms.
+    fn stale_ms() -> i64 {
+        i64::from(params::CM_STALE_SECS.get().max(1)) * 1000
+    }
+
+    fn schedule_stale_check(self: &Arc<Self>) {
+        // Checked twice per idle period, so a connection goes at most 1.5 periods idle.
+        let period = (Self::stale_ms() / 2).clamp(1000, i64::from(u32::MAX)) as u32;
+        let _ = workqueue::system().enqueue_delayed::<_, 1>(self.clone(), msecs_to_jiffies(period));
+    }
+
+    /// Closes the receive connections idle for longer than the stale time (the delayed work
+    /// item), then checks again later while the interface is up.
+    fn reap_stale(self: &Arc<Self>) {
+        let deadline = now_ms() - Self::stale_ms();
+        let mut closed = 0u32;
+        {
+            let rx = self.rx.lock();
+            let seen = self.rx_seen.lock();
+            for id in rx.values() {
+                let conn = id.handler();
+                let idle = seen.get(&conn.qp.id()).map_or(true, |&t| t < deadline);
+                if idle && !conn.dead.swap(true, Ordering::AcqRel) {
+                    let _ = conn.qp.set_error();
+                    closed += 1;
+                }
+            }
+        }
+        if closed > 0 {
+            pr_info!(
+                "{} port {}: {} idle receive connection(s) closed\n",
+                self.name(),
+                self.port,
+                closed
+            );
+            self.destroy_connections(false);
+        }
+        if self.open.load(Ordering::Acquire) {
+            self.schedule_stale_check();
+        }
     }
 
     /// Stops listening and destroys every connection (the interface goes down).
@@ -663,6 +727,8 @@ impl CmPort {
         self.open.store(false, Ordering::Release);
         let listener = self.listener.lock().take();
         drop(listener);
+        // A run already under way may queue itself once more: flush until idle.
+        while self.stale_work.flush() {}
         self.destroy_connections(true);
         self.work.flush();
         // A run that was under way may have made a connection meanwhile.
@@ -759,6 +825,11 @@ impl CmPort {
     /// Hands a message received on a connection up and reposts its buffer.
     pub(crate) fn receive(&self, wc: &WorkCompletion, buf: DmaBuffer, napi: &Napi) {
         let c = &self.counters;
+        if let WcStatus::Success = wc.status() {
+            if let Some(t) = self.rx_seen.lock().get_mut(&wc.qp_id()) {
+                *t = now_ms();
+            }
+        }
         match wc.status() {
             WcStatus::Success => match buf.as_slice().get(..wc.byte_len() as usize) {
                 Some(msg) => rx::deliver(msg, PacketType::Host, napi, c),
@@ -834,6 +905,7 @@ impl CmPort {
                 key.and_then(|k| rx.remove(&k))
             };
             let Some(id) = victim else { break };
+            self.rx_seen.lock().remove(&id.handler().qp.id());
             drop(id);
         }
     }
@@ -848,5 +920,17 @@ impl WorkItem for CmPort {
 
     fn run(this: Arc<CmPort>) {
         this.maintain();
+    }
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self, 1> for CmPort { self.stale_work }
+}
+
+impl WorkItem<1> for CmPort {
+    type Pointer = Arc<CmPort>;
+
+    fn run(this: Arc<CmPort>) {
+        this.reap_stale();
     }
 }

@@ -22,3 +22,13 @@ kernel::module_param!(
     true,
     "Start interfaces in connected mode where offered (default 1; 0: datagram); /sys/class/net/ibN/mode switches later"
 );
+
+kernel::module_param!(
+    /// Seconds a receive connection may stay idle before it is closed.
+    pub(crate) CM_STALE_SECS,
+    "ib_ipoib",
+    "cm_stale_secs",
+    u32,
+    512,
+    "Close receive connections idle this many seconds (default 512, as the C driver)"
+);

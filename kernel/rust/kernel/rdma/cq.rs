@@ -165,6 +165,12 @@ pub enum WcOpcode {
     Other(u32),
 }
 
+/// Names a queue pair while it exists, to match completions from a shared completion queue
+/// with their queue pair ([`WorkCompletion::qp_id`], [`super::qp::QueuePair::id`]). A
+/// destroyed queue pair's name may be given to a new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct QpId(pub(crate) usize);
+
 /// One work completion (`struct ib_wc`), filled in by [`CompletionQueue::poll`].
 #[repr(transparent)]
 pub struct WorkCompletion(bindings::ib_wc);
@@ -227,6 +233,11 @@ impl WorkCompletion {
     /// Whether the receive buffer starts with a valid GRH.
     pub fn has_grh(&self) -> bool {
         self.raw().wc_flags & (bindings::ib_wc_flags_IB_WC_GRH as i32) != 0
+    }
+
+    /// The queue pair the completion belongs to.
+    pub fn qp_id(&self) -> QpId {
+        QpId(self.qp() as usize)
     }
 
     pub(crate) fn qp(&self) -> *mut bindings::ib_qp {

@@ -12,7 +12,7 @@
 
 use super::{
     ah::AddressHandle,
-    cq::{RawCompletionQueue, WorkCompletion},
+    cq::{QpId, RawCompletionQueue, WorkCompletion},
     device::Gid,
     dma::DmaBuffer,
     pd::ProtectionDomain,
@@ -266,6 +266,11 @@ impl QueuePair {
     pub fn qp_num(&self) -> u32 {
         // SAFETY: By the type invariant `qp` is valid; `qp_num` is fixed at creation.
         unsafe { (*self.qp.as_ptr()).qp_num }
+    }
+
+    /// The name completions of this queue pair carry ([`WorkCompletion::qp_id`]).
+    pub fn id(&self) -> QpId {
+        QpId(self.qp.as_ptr() as usize)
     }
 
     /// The transport of this queue pair.

@@ -88,6 +88,8 @@ all_ports() {
 }
 
 module_loaded() { grep -q "^$MODULE " /proc/modules; }
+# RC queue pairs the module holds (connected mode: one per connection).
+rc_qp_count() { rdma res show qp type RC | grep -c "comm \[$MODULE\]"; }
 
 # port_logged LOG DEV PORT: the module's add line for DEV/PORT is in LOG with the port's
 # real link layer and state (sysfs), active MTU (ibv_devinfo) and GID 0 (sysfs).

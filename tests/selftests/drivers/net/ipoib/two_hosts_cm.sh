@@ -14,7 +14,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 15
+ktap_set_plan 16
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -142,7 +142,7 @@ if [ "$role" = client ]; then
 		wait "$pid"
 		echo "netperf across the reload exited with $?: $(tail -n 1 /tmp/reload.log)"
 		wait_for 90 ping -c 1 -W 2 -s 60000 "$ib_peer" || return 1
-		n=$(rdma res show qp type RC | grep -c "comm \[$MODULE\]")
+		n=$(rc_qp_count)
 		rdma res show qp type RC
 		echo "$n RC queue pairs of $MODULE"
 		[ "$n" = 2 ]
@@ -154,10 +154,30 @@ else
 		rmmod "$MODULE" || return 1
 		sleep 3
 		sysctl -qw net.ipv4.conf.default.arp_notify=1
-		modprobe "$MODULE" && ifconfig ib0 mtu 65520 && ip addr add "$ib_local/24" dev ib0 &&
+		# Idle receive connections are closed after 3 s from now on (see below).
+		modprobe "$MODULE" cm_stale_secs=3 && ifconfig ib0 mtu 65520 && ip addr add "$ib_local/24" dev ib0 &&
 			ip link set ib0 up && wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
 	}
 	ipoib_check "$role: module removed under the client's stream and loaded again" reload_under_stream
+fi
+# The server, reloaded with cm_stale_secs=3, closes the client's connection once idle; the
+# client's side goes with it, and the next packet connects again.
+if [ "$role" = client ]; then
+	stale_closed() {
+		local n
+		sleep 8
+		n=$(rc_qp_count)
+		rdma res show qp type RC
+		echo "$n RC queue pairs of $MODULE after 8 s idle"
+		[ "$n" = 1 ] && wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer" && [ "$(rc_qp_count)" = 2 ]
+	}
+	ipoib_check "$role: the peer closed our idle connection; the next packet reconnects" stale_closed
+else
+	stale_logged() {
+		echo "cm_stale_secs=$(cat /sys/module/$MODULE/parameters/cm_stale_secs)"
+		wait_for 20 eval 'dmesg | grep "idle receive connection(s) closed"'
+	}
+	ipoib_check "$role: idle receive connection closed after cm_stale_secs=3" stale_logged
 fi
 ip -s link show ib0
 
