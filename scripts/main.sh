@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build everything, boot two guests on soft-RoCE, load ib_ipoib on both, bring
-# ib0 up between them, and print what the driver logged, the raw RC bandwidth and netperf
-# figures over ib0 (with TCP over the Ethernet link underneath for comparison).
+# ib0 up between them in datagram mode and then in connected mode at MTU 65520, and print
+# what the driver logged, the raw RC bandwidth and the netperf figures of both modes (with
+# TCP over the Ethernet link underneath for comparison).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -19,7 +20,9 @@ for g in host0 host1; do
 done
 echo "== raw RC send bandwidth host1 -> host0 (ib_send_bw, 64 KiB messages)"
 grep -a -A1 '#bytes' "$logs/host1.results" | sed 's/^# *//; s/^/  /' || true
-echo "== netperf host1 -> host0 (5 s each; soft-RoCE under TCG: compare, don't quote)"
+echo "== netperf host1 -> host0, datagram then connected mode (5 s each; soft-RoCE under TCG: compare, don't quote)"
 grep -a 'NETPERF ' "$logs/host1.results" | sed 's/^.*NETPERF /  /' || true
+echo "== iperf3 host1 -> host0, connected mode, 8 streams"
+grep -a 'SUM.*receiver' "$logs/host1.results" | sed 's/^# *//; s/^/  /' || true
 echo "logs: $logs"
 exit $rc

@@ -47,7 +47,7 @@ job="ipoibrs.job=selftests ipoibrs.progs=${progs:-}"
 guests=()
 case "$topology" in
 one-host)
-	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=one_host_rxe.sh,one_host_verbs.sh,one_host_netdev.sh,one_host_module.sh,one_host_ipoib.sh"
+	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=one_host_rxe.sh,one_host_verbs.sh,one_host_netdev.sh,one_host_module.sh,one_host_ipoib.sh,one_host_mesh.sh"
 	start_guest host0 "$job"
 	guests=(host0)
 	;;
