@@ -11,7 +11,7 @@
 
 use kernel::{
     c_str,
-    net::{dev::Registration, napi::NapiHandle},
+    net::{dev::Registration, link::LinkKind, napi::NapiHandle},
     prelude::*,
     rdma::{
         client::{self, Client},
@@ -48,9 +48,21 @@ struct IpoibModule {
     _client: client::Registration<IpoibClient>,
 }
 
+/// What every interface is created with.
+struct ClientContext {
+    /// `ip link set ibN type ipoib mode ...` and `ip -d link show`.
+    link_kind: Arc<LinkKind<IpoibNetdev>>,
+}
+
+/// The `ip link` kind of IPoIB interfaces, as the C driver names it.
+const LINK_KIND: &CStr = c_str!("ipoib");
+
 impl kernel::Module for IpoibModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let client = client::Registration::new()?;
+        let link_kind = LinkKind::register(LINK_KIND, netdev::LINK_MAXTYPE)?;
+        // The kind is unregistered once the last interface and the context let go of it.
+        let context = Arc::new(ClientContext { link_kind }, GFP_KERNEL)?;
+        let client = client::Registration::new(context)?;
         pr_info!("loaded\n");
         Ok(Self { _client: client })
     }
@@ -129,14 +141,15 @@ impl EventHandler for Ports {
 impl Client for IpoibClient {
     const NAME: &'static CStr = c_str!("ipoib");
     type DeviceData = KBox<IpoibDevice>;
+    type Context = ClientContext;
 
-    fn add(device: &Device) -> Result<KBox<IpoibDevice>> {
+    fn add(ctx: &ClientContext, device: &Device) -> Result<KBox<IpoibDevice>> {
         let mut entries = KVec::new();
         for port in device.ports() {
             if !log_port(device, port)? {
                 continue;
             }
-            match add_port(device, port) {
+            match add_port(ctx, device, port) {
                 Ok(p) => entries.push(p, GFP_KERNEL)?,
                 Err(e) => pr_err!("{} port {}: no interface ({:?})\n", device.name(), port, e),
             }
@@ -153,7 +166,7 @@ impl Client for IpoibClient {
         Ok(KBox::new(IpoibDevice { events }, GFP_KERNEL)?)
     }
 
-    fn remove(device: &Device, data: KBox<IpoibDevice>) {
+    fn remove(_ctx: &ClientContext, device: &Device, data: KBox<IpoibDevice>) {
         let ports = data.events.handler().clone();
         drop(data);
         for p in ports.entries.iter() {
@@ -168,17 +181,18 @@ impl Client for IpoibClient {
 }
 
 /// Creates the interface of `port`.
-fn add_port(device: &Device, port: u32) -> Result<IpoibPort> {
+fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort> {
     let napi = NapiHandle::new()?;
     let datapath = UdPort::new(device, port, &napi)?;
     let (mtu, max_mtu) = (datapath.mtu, datapath.mode_max_mtu());
-    let netdev = Registration::<IpoibNetdev>::new(
+    let mut netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
         datapath.local.as_bytes(),
         datapath.clone(),
         Some(&napi),
         |setup| setup.set_mtu(mtu, 68, max_mtu),
     )?;
+    netdev.set_link_kind(ctx.link_kind.clone());
     pr_info!(
         "{} port {}: {} address {}, {} mode\n",
         device.name(),

@@ -19,7 +19,7 @@ use kernel::{
         dev::{NetDevice, Stats64},
         mcast::Ipv6McMembership,
         napi::{Napi, NapiHandle},
-        rtnl::RtnlGuard,
+        rtnl::Rtnl,
         skb::{PacketType, SkBuff},
     },
     new_spinlock_bh,
@@ -552,7 +552,7 @@ impl UdPort {
     /// Switches between datagram and connected mode, as a write to the `mode` file asks.
     /// Connected mode raises the MTU to its largest; datagram mode clamps it to the UD MTU
     /// and closes the transmit connections.
-    pub(crate) fn set_mode(&self, dev: &NetDevice, rtnl: &RtnlGuard, connected: bool) -> Result {
+    pub(crate) fn set_mode(&self, dev: &NetDevice, rtnl: &Rtnl, connected: bool) -> Result {
         if connected == self.connected() {
             return Ok(());
         }

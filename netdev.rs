@@ -13,8 +13,9 @@ use kernel::{
     net::{
         dev::{NetDevice, Operations, Setup, Stats64, TxResult},
         dev_attr::{Attribute, AttributeText},
+        link::{attr_size, LinkAttributes, LinkInfo},
         napi::Napi,
-        rtnl::{restart_syscall, RtnlGuard},
+        rtnl::{restart_syscall, Rtnl, RtnlGuard},
         skb::SkBuff,
     },
     prelude::*,
@@ -34,6 +35,16 @@ const TX_QUEUE_LEN: u32 = 2 * crate::ipoib_ud::SEND_RING;
 const ATTR_MODE: usize = 0;
 /// `/sys/class/net/ibN/pkey`: the partition key, read-only.
 const ATTR_PKEY: usize = 1;
+
+/// `IFLA_IPOIB_*` of `include/uapi/linux/if_link.h`: the `ip link ... type ipoib` attributes.
+const IFLA_IPOIB_PKEY: u16 = 1;
+const IFLA_IPOIB_MODE: u16 = 2;
+const IFLA_IPOIB_UMCAST: u16 = 3;
+/// The highest `IFLA_IPOIB_*` attribute.
+pub(crate) const LINK_MAXTYPE: u32 = IFLA_IPOIB_UMCAST as u32;
+/// `IPOIB_MODE_*`: the values of `IFLA_IPOIB_MODE`.
+const IPOIB_MODE_DATAGRAM: u16 = 0;
+const IPOIB_MODE_CONNECTED: u16 = 1;
 
 /// The mode named by what was written to the `mode` file (one trailing newline allowed).
 fn parse_mode(input: &[u8]) -> Option<bool> {
@@ -167,5 +178,44 @@ impl Operations for IpoibNetdev {
             return Err(restart_syscall());
         };
         port.set_mode(dev, &rtnl, connected)
+    }
+
+    const LINK_INFO_SIZE: usize = 3 * attr_size(2);
+
+    fn change_link(
+        dev: &NetDevice,
+        port: ArcBorrow<'_, UdPort>,
+        rtnl: &Rtnl,
+        attrs: &LinkAttributes<'_>,
+    ) -> Result {
+        if attrs.u16(IFLA_IPOIB_UMCAST)?.is_some() {
+            pr_info!("{}: umcast is not supported\n", dev.name());
+            return Err(EINVAL);
+        }
+        // The P_Key of an interface is fixed; the C driver ignores it here too.
+        match attrs.u16(IFLA_IPOIB_MODE)? {
+            None => Ok(()),
+            Some(IPOIB_MODE_DATAGRAM) => port.set_mode(dev, rtnl, false),
+            Some(IPOIB_MODE_CONNECTED) => port.set_mode(dev, rtnl, true),
+            Some(other) => {
+                pr_info!("{}: unknown mode {}\n", dev.name(), other);
+                Err(EINVAL)
+            }
+        }
+    }
+
+    fn fill_link_info(
+        _dev: &NetDevice,
+        port: ArcBorrow<'_, UdPort>,
+        info: &mut LinkInfo<'_>,
+    ) -> Result {
+        let mode = if port.connected() {
+            IPOIB_MODE_CONNECTED
+        } else {
+            IPOIB_MODE_DATAGRAM
+        };
+        info.put_u16(IFLA_IPOIB_PKEY, wire::DEFAULT_PKEY)?;
+        info.put_u16(IFLA_IPOIB_MODE, mode)?;
+        info.put_u16(IFLA_IPOIB_UMCAST, 0)
     }
 }

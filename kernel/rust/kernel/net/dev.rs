@@ -6,8 +6,9 @@
 
 use super::{
     dev_attr::{Attribute, AttributeTable, AttributeText},
+    link::{LinkAttributes, LinkInfo, LinkKind},
     napi::{Napi, NapiHandle},
-    rtnl::RtnlGuard,
+    rtnl::Rtnl,
     skb::SkBuff,
 };
 use crate::{
@@ -16,6 +17,7 @@ use crate::{
     ffi::{c_int, c_void},
     prelude::*,
     str::CStr,
+    sync::Arc,
     types::{AlwaysRefCounted, ForeignOwnable, Opaque},
 };
 use core::sync::atomic::Ordering;
@@ -60,7 +62,7 @@ impl NetDevice {
 
     /// Changes the MTU as `ip link set NAME mtu MTU` does: checked against the device's range
     /// and by its driver, and announced to the stack.
-    pub fn set_mtu(&self, _rtnl: &RtnlGuard, mtu: u32) -> Result {
+    pub fn set_mtu(&self, _rtnl: &Rtnl, mtu: u32) -> Result {
         let mtu = c_int::try_from(mtu).map_err(|_| EINVAL)?;
         // SAFETY: The device is valid and RTNL is held, as `dev_set_mtu` requires.
         to_result(unsafe { bindings::dev_set_mtu(self.as_raw(), mtu) })
@@ -339,7 +341,7 @@ pub trait Operations: Sized + 'static {
     }
 
     /// Takes a write of `input` to file `index` of [`Operations::ATTRIBUTES`] (process
-    /// context, without RTNL: see [`RtnlGuard::try_lock`]).
+    /// context, without RTNL: see [`super::rtnl::RtnlGuard::try_lock`]).
     fn attribute_store(
         _dev: &NetDevice,
         _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
@@ -347,6 +349,29 @@ pub trait Operations: Sized + 'static {
         _input: &[u8],
     ) -> Result {
         Err(EIO)
+    }
+
+    /// Bytes [`Operations::fill_link_info`] adds at most (see [`super::link::attr_size`]).
+    const LINK_INFO_SIZE: usize = 0;
+
+    /// Applies `ip link set DEV type KIND ...` (`rtnl_link_ops->changelink`), under RTNL.
+    fn change_link(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _rtnl: &Rtnl,
+        _attrs: &LinkAttributes<'_>,
+    ) -> Result {
+        Err(EINVAL)
+    }
+
+    /// Describes the device's kind-specific settings for `ip -d link show`
+    /// (`rtnl_link_ops->fill_info`), at most [`Operations::LINK_INFO_SIZE`] bytes.
+    fn fill_link_info(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _info: &mut LinkInfo<'_>,
+    ) -> Result {
+        Ok(())
     }
 
     /// Fills the interface counters.
@@ -600,6 +625,9 @@ pub struct Registration<T: Operations> {
     napi: Option<NapiHandle>,
     /// The sysfs files; freed after the device is unregistered, which removes them.
     _attributes: Option<KBox<AttributeTable<T>>>,
+    /// The link kind the device belongs to; released after the device is unregistered, so
+    /// the kind is never unregistered with devices of it left.
+    link_kind: Option<Arc<LinkKind<T>>>,
     _ops: PhantomData<T>,
 }
 
@@ -706,8 +734,23 @@ impl<T: Operations> Registration<T> {
             dev,
             napi,
             _attributes: attributes,
+            link_kind: None,
             _ops: PhantomData,
         })
+    }
+
+    /// Makes the device one of `kind` for `ip link` (changes and detailed listings reach
+    /// [`Operations::change_link`] and [`Operations::fill_link_info`]).
+    pub fn set_link_kind(&mut self, kind: Arc<LinkKind<T>>) {
+        // SAFETY: `rtnl_lock` may sleep; we are in process context (registrations are made
+        // and dropped there). The device is registered; RTNL serialises readers of
+        // `rtnl_link_ops`. The kind is kept alive by `self` until after unregistration.
+        unsafe {
+            bindings::rtnl_lock();
+            (*self.dev.as_ptr()).rtnl_link_ops = kind.as_raw();
+            bindings::rtnl_unlock();
+        }
+        self.link_kind = Some(kind);
     }
 
     /// The device.

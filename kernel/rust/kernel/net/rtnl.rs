@@ -11,14 +11,41 @@ use crate::{
 };
 use core::marker::PhantomData;
 
-/// Proof that RTNL is held; released on drop.
+/// Proof that the current task holds RTNL, for functions that need it.
+///
+/// Callbacks that the core runs under RTNL receive a `&Rtnl`; others take it with
+/// [`RtnlGuard::try_lock`].
+pub struct Rtnl {
+    /// Only meaningful on the task that holds the lock.
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl Rtnl {
+    /// # Safety
+    ///
+    /// The current task must hold RTNL for `'a`.
+    pub(crate) unsafe fn assume_held<'a>() -> &'a Rtnl {
+        &Rtnl {
+            _not_send: PhantomData,
+        }
+    }
+}
+
+/// RTNL taken by us; released on drop.
 ///
 /// # Invariants
 ///
 /// The current task holds RTNL, taken when this guard was made.
 pub struct RtnlGuard {
-    /// RTNL is a mutex: it must be released by the task that took it.
-    _not_send: PhantomData<*mut ()>,
+    rtnl: Rtnl,
+}
+
+impl core::ops::Deref for RtnlGuard {
+    type Target = Rtnl;
+
+    fn deref(&self) -> &Rtnl {
+        &self.rtnl
+    }
 }
 
 impl RtnlGuard {
@@ -32,7 +59,9 @@ impl RtnlGuard {
         if unsafe { bindings::rtnl_trylock() } != 0 {
             // INVARIANT: just taken.
             Some(Self {
-                _not_send: PhantomData,
+                rtnl: Rtnl {
+                    _not_send: PhantomData,
+                },
             })
         } else {
             None

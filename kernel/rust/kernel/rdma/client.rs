@@ -7,12 +7,14 @@
 use super::device::Device;
 use crate::{
     bindings,
-    error::{code::EBUSY, to_result, Result},
+    error::{code::EBUSY, code::EINVAL, to_result, Result},
     ffi::{c_int, c_void},
     str::CStr,
+    sync::Arc,
     types::{ForeignOwnable, Opaque},
 };
 use core::{
+    cell::UnsafeCell,
     marker::PhantomData,
     sync::atomic::{AtomicBool, Ordering},
 };
@@ -30,11 +32,14 @@ pub trait Client: ClientVTableProvider + Sized + 'static {
     /// What the client keeps for each device it took on.
     type DeviceData: ForeignOwnable + Send + Sync;
 
+    /// What the registration gives every call (state shared by all devices).
+    type Context: Send + Sync;
+
     /// Takes on `device`. An error means the client ignores this device: no `remove` follows.
-    fn add(device: &Device) -> Result<Self::DeviceData>;
+    fn add(ctx: &Self::Context, device: &Device) -> Result<Self::DeviceData>;
 
     /// Lets go of `device`, which is going away or is no longer served by this client.
-    fn remove(device: &Device, data: Self::DeviceData);
+    fn remove(ctx: &Self::Context, device: &Device, data: Self::DeviceData);
 }
 
 /// The `struct ib_client` of a [`Client`]: a static the RDMA core links into its client list.
@@ -44,15 +49,20 @@ pub trait Client: ClientVTableProvider + Sized + 'static {
 /// # Invariants
 ///
 /// `client` is a fully initialised `struct ib_client` whose callbacks are the trampolines of
-/// `T`; `registered` is true exactly while a [`Registration`] of it exists.
-pub struct ClientVTable<T> {
+/// `T`; `registered` is true exactly while a [`Registration`] of it exists. `context` is
+/// written only by the one [`Registration`] while the client is not registered with the
+/// core (before registering, after unregistering), and holds its context in between.
+pub struct ClientVTable<T: Client> {
     client: Opaque<bindings::ib_client>,
     registered: AtomicBool,
+    context: UnsafeCell<Option<Arc<T::Context>>>,
     _client: PhantomData<T>,
 }
 
-// SAFETY: Only the RDMA core touches `client`, under its own locking; `registered` is atomic.
-unsafe impl<T> Sync for ClientVTable<T> {}
+// SAFETY: Only the RDMA core touches `client`, under its own locking; `registered` is atomic;
+// `context` is only read while registered and only written while not (type invariant), and
+// `T::Context` is `Sync`.
+unsafe impl<T: Client> Sync for ClientVTable<T> {}
 
 impl<T: Client> ClientVTable<T> {
     /// Builds the `struct ib_client` for `T`. Use [`crate::ib_client_vtable!`] instead.
@@ -70,8 +80,19 @@ impl<T: Client> ClientVTable<T> {
                 ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
             }),
             registered: AtomicBool::new(false),
+            context: UnsafeCell::new(None),
             _client: PhantomData,
         }
+    }
+
+    /// The registration's context.
+    ///
+    /// # Safety
+    ///
+    /// The client must be registered with the core for `'a`.
+    unsafe fn context<'a>(&self) -> Option<&'a T::Context> {
+        // SAFETY: Registered, so `context` is not written (type invariant) for `'a`.
+        unsafe { (*self.context.get()).as_deref() }
     }
 }
 
@@ -83,7 +104,9 @@ impl<T: Client> ClientVTable<T> {
 /// `vtable` must return a reference to the same static on every call.
 pub unsafe trait ClientVTableProvider: Sized + 'static {
     /// The client's static `struct ib_client`.
-    fn vtable() -> &'static ClientVTable<Self>;
+    fn vtable() -> &'static ClientVTable<Self>
+    where
+        Self: Client;
 }
 
 /// Declares the static `struct ib_client` of a [`Client`] type.
@@ -115,7 +138,11 @@ macro_rules! ib_client_vtable {
 unsafe extern "C" fn add_callback<T: Client>(raw: *mut bindings::ib_device) -> c_int {
     // SAFETY: The core passes a registered device that stays valid during the call.
     let device = unsafe { Device::from_raw(raw) };
-    match T::add(device) {
+    // SAFETY: The core calls us only while the client is registered.
+    let Some(ctx) = (unsafe { T::vtable().context() }) else {
+        return EINVAL.to_errno();
+    };
+    match T::add(ctx, device) {
         Ok(data) => {
             let ptr = data.into_foreign();
             // SAFETY: `raw` is valid, and `T::vtable()` is the client being called (the only
@@ -137,7 +164,11 @@ unsafe extern "C" fn remove_callback<T: Client>(raw: *mut bindings::ib_device, d
     // SAFETY: `data` is null or came from `into_foreign` in `add_callback`, and the core
     // hands it back exactly once, here.
     if let Some(data) = unsafe { T::DeviceData::try_from_foreign(data) } {
-        T::remove(device, data);
+        // SAFETY: The core calls us only while the client is registered (removal for
+        // unregistration runs before `ib_unregister_client` returns).
+        if let Some(ctx) = unsafe { T::vtable().context() } {
+            T::remove(ctx, device, data);
+        }
     }
 }
 
@@ -158,18 +189,24 @@ unsafe impl<T: Client> Send for Registration<T> {}
 unsafe impl<T: Client> Sync for Registration<T> {}
 
 impl<T: Client> Registration<T> {
-    /// Registers `T`; its `add` runs for every present device before this returns.
+    /// Registers `T` with `ctx` for its calls; its `add` runs for every present device
+    /// before this returns.
     ///
     /// Fails with `EBUSY` if `T` is already registered.
-    pub fn new() -> Result<Self> {
+    pub fn new(ctx: Arc<T::Context>) -> Result<Self> {
         let vtable = T::vtable();
         if vtable.registered.swap(true, Ordering::AcqRel) {
             return Err(EBUSY);
         }
+        // SAFETY: Not registered with the core, and we own the right to register (the swap
+        // above): nobody else reads or writes `context` now.
+        unsafe { *vtable.context.get() = Some(ctx) };
         // SAFETY: `vtable.client` is initialised (type invariant of `ClientVTable`), lives in
         // a static, and is not registered (checked through `registered` above).
         let ret = to_result(unsafe { bindings::ib_register_client(vtable.client.get()) });
         if let Err(e) = ret {
+            // SAFETY: Registration failed: no callback runs; we still own the vtable.
+            drop(unsafe { (*vtable.context.get()).take() });
             vtable.registered.store(false, Ordering::Release);
             return Err(e);
         }
@@ -185,6 +222,8 @@ impl<T: Client> Drop for Registration<T> {
         let vtable = T::vtable();
         // SAFETY: By the type invariant the client is registered.
         unsafe { bindings::ib_unregister_client(vtable.client.get()) };
+        // SAFETY: Unregistered: no callback runs any more, and the vtable is still ours.
+        drop(unsafe { (*vtable.context.get()).take() });
         vtable.registered.store(false, Ordering::Release);
     }
 }

@@ -14,7 +14,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 16
+ktap_set_plan 17
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -35,6 +35,19 @@ cm_offered() {
 	[ "${addr:0:2}" = 80 ] && [ "$(cat /sys/class/net/ib0/mode)" = connected ]
 }
 ipoib_check "$role: ib0 offers connected mode (address flags 0x80) and uses it" cm_offered
+# The same switch through netlink: ip link set ib0 type ipoib mode ..., shown by ip -d link.
+ip_link_mode() {
+	ip link set ib0 type ipoib mode datagram && [ "$(cat /sys/class/net/ib0/mode)" = datagram ] &&
+		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ] &&
+		ip -d link show ib0 | grep -q "ipoib pkey 0xffff mode datagram" &&
+		ip link set ib0 type ipoib mode connected && [ "$(cat /sys/class/net/ib0/mode)" = connected ] &&
+		[ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] || return 1
+	ip -d link show ib0
+	ip -d link show ib0 | grep -q "ipoib pkey 0xffff mode connected" &&
+		! ip link set ib0 type ipoib umcast 1 2>/dev/null && ! ip link del ib0 2>/dev/null &&
+		ip link show ib0 >/dev/null
+}
+ipoib_check "$role: ip link set ib0 type ipoib mode datagram|connected; ip -d link shows it" ip_link_mode
 # As in the original connected-mode instructions: modprobe, then ifconfig ib0 mtu 65520.
 cm_up() {
 	ifconfig ib0 mtu 65520 && [ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] &&
