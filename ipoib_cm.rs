@@ -26,6 +26,7 @@ use kernel::{
         skb::{PacketType, SkBuff},
     },
     new_mutex, new_spinlock_bh,
+    page::PAGE_SIZE,
     prelude::*,
     rbtree::{RBTree, RBTreeNode, RBTreeNodeReservation},
     rdma::{
@@ -35,7 +36,7 @@ use kernel::{
         },
         cq::{CompletionQueue, QpId, WcStatus, WorkCompletion},
         device::{Device, DeviceRef, Gid, Mtu},
-        dma::{DmaBuffer, DmaDirection},
+        dma::{DmaPage, ScatterBuffer},
         pd::ProtectionDomain,
         qp::{QpCaps, QpType, QueuePair},
         srq::SharedReceiveQueue,
@@ -51,6 +52,11 @@ use kernel::{
 const OWNER: &CStr = c_str!("ib_ipoib");
 /// Receive buffers in the shared receive queue, for all receive connections together.
 pub(crate) const SRQ_SIZE: u32 = 64;
+/// Pages of a receive buffer after its head: with the head, `CM_BUF_SIZE` bytes.
+const RX_PAGES: usize = CM_BUF_SIZE as usize / PAGE_SIZE;
+/// The head of a receive buffer: what is left of `CM_BUF_SIZE` after whole pages (4084
+/// bytes with 4 KiB pages, as in the C driver). It becomes the skb's linear part.
+const RX_HEAD: usize = CM_BUF_SIZE as usize % PAGE_SIZE;
 /// Packets a transmit connection holds while it is being set up.
 const HELD_MAX: usize = 32;
 /// The GID table entry our connections start from, as for datagram mode.
@@ -163,6 +169,15 @@ struct TxState {
     link: Option<Arc<TxLink>>,
 }
 
+impl TxState {
+    /// Whether NAPI has work here: completions, or held packets of an established
+    /// connection (held back when the send buffers ran out).
+    fn needs_poll(&self) -> bool {
+        self.link.as_ref().is_some_and(|l| l.cq.handler().fired())
+            || (self.phase == TxPhase::Live && !self.held.is_empty())
+    }
+}
+
 /// A connection we send over, to one peer.
 #[pin_data]
 pub(crate) struct TxConnection {
@@ -209,6 +224,12 @@ impl TxConnection {
             TxPhase::New | TxPhase::Connecting | TxPhase::Live => {
                 if s.held.push(skb).is_err() {
                     bump(&c.tx_dropped, 1);
+                }
+                if s.phase == TxPhase::Live {
+                    // Packets wait behind others: have NAPI send them in order.
+                    if let Some(link) = s.link.as_ref() {
+                        link.cq.handler().kick();
+                    }
                 }
             }
             TxPhase::Dead => bump(&c.tx_dropped, 1),
@@ -565,7 +586,7 @@ pub(crate) struct CmPort {
     /// The path MTU of connections (the port's active MTU).
     path_mtu: Mtu,
     pd: Arc<ProtectionDomain>,
-    srq: Arc<SharedReceiveQueue>,
+    srq: Arc<SharedReceiveQueue<ScatterBuffer>>,
     /// The interface's receive CQ, shared with the UD queue pair.
     recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
     buffers: Arc<SendBuffers>,
@@ -616,14 +637,9 @@ impl CmPort {
         counters: Arc<Counters>,
         napi: &NapiHandle,
     ) -> Result<Arc<Self>> {
-        let srq = SharedReceiveQueue::new(pd, SRQ_SIZE)?;
+        let srq = SharedReceiveQueue::new(pd, SRQ_SIZE, 1 + RX_PAGES as u32)?;
         for _ in 0..SRQ_SIZE {
-            let buf = DmaBuffer::new(
-                device,
-                CM_BUF_SIZE as usize,
-                DmaDirection::FromDevice,
-                GFP_KERNEL,
-            )?;
+            let buf = ScatterBuffer::new(device, RX_HEAD, RX_PAGES, GFP_KERNEL)?;
             srq.post_recv(buf).map_err(|(e, _)| e)?;
         }
         let device = device.get_ref()?;
@@ -777,7 +793,7 @@ impl CmPort {
         Ok(conn)
     }
 
-    /// NAPI: polls the transmit connections whose CQs fired or that have packets to send.
+    /// NAPI: polls the transmit connections whose CQs fired or that hold packets to send.
     /// Returns whether some need another round.
     pub(crate) fn poll_tx(&self, dev: &NetDevice) -> bool {
         const BATCH: usize = 16;
@@ -791,13 +807,7 @@ impl CmPort {
                 let tx = self.tx.lock();
                 for conn in tx.values().skip(skip) {
                     seen += 1;
-                    let fired = conn
-                        .state
-                        .lock()
-                        .link
-                        .as_ref()
-                        .is_some_and(|l| l.cq.handler().fired());
-                    if fired {
+                    if conn.state.lock().needs_poll() {
                         due[n] = Some(conn.clone());
                         n += 1;
                         if n == BATCH {
@@ -818,12 +828,38 @@ impl CmPort {
     }
 
     /// Takes back the shared-receive-queue buffer `wc` completes, if it is one.
-    pub(crate) fn complete_recv(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {
+    pub(crate) fn complete_recv(&self, wc: &WorkCompletion) -> Option<ScatterBuffer> {
         self.srq.complete_recv(wc)
     }
 
+    /// Hands up a message that filled `len` bytes of `buf`: the head is copied into the
+    /// skb, the pages the message reached go up as fragments and fresh pages take their
+    /// place (no copy of the bulk of a large message).
+    fn deliver(&self, buf: &mut ScatterBuffer, len: usize, napi: &Napi) {
+        let (head, pages) = buf.parts_mut();
+        let Some(head) = head.get(..len.min(RX_HEAD)) else {
+            bump(&self.counters.rx_errors, 1);
+            return;
+        };
+        let device = &self.device;
+        rx::deliver_with(head, PacketType::Host, napi, &self.counters, |skb| {
+            let mut left = len.saturating_sub(RX_HEAD);
+            let mut index = 0;
+            while left > 0 {
+                // Without a fresh page the old one stays and the packet is dropped.
+                let fresh = DmaPage::new(device, GFP_ATOMIC)?;
+                let page = pages.replace(index, fresh).ok_or(EINVAL)?;
+                let n = left.min(PAGE_SIZE);
+                skb.add_page(page, 0, n)?;
+                left -= n;
+                index += 1;
+            }
+            Ok(())
+        });
+    }
+
     /// Hands a message received on a connection up and reposts its buffer.
-    pub(crate) fn receive(&self, wc: &WorkCompletion, buf: DmaBuffer, napi: &Napi) {
+    pub(crate) fn receive(&self, wc: &WorkCompletion, mut buf: ScatterBuffer, napi: &Napi) {
         let c = &self.counters;
         if let WcStatus::Success = wc.status() {
             if let Some(t) = self.rx_seen.lock().get_mut(&wc.qp_id()) {
@@ -831,10 +867,7 @@ impl CmPort {
             }
         }
         match wc.status() {
-            WcStatus::Success => match buf.as_slice().get(..wc.byte_len() as usize) {
-                Some(msg) => rx::deliver(msg, PacketType::Host, napi, c),
-                None => bump(&c.rx_errors, 1),
-            },
+            WcStatus::Success => self.deliver(&mut buf, wc.byte_len() as usize, napi),
             // A receive connection closed: the buffers it had taken come back.
             WcStatus::Flushed => {}
             WcStatus::Error(_) => bump(&c.rx_errors, 1),

@@ -16,14 +16,38 @@ use kernel::{
 
 /// Messages up to this size are copied whole into the skb's linear part.
 const COPY_MAX: usize = 2048;
-/// Of a larger message, the bytes copied into the linear part (the headers); the rest goes
-/// into page fragments, so that even a 64 KiB message needs only order-0 allocations.
+/// Of a larger message in one buffer, the bytes copied into the linear part (the headers);
+/// the rest is copied into page fragments, so that only order-0 allocations are needed.
 const HEAD_LEN: usize = 256;
 
 /// Passes `msg` (the 4-byte IPoIB header, then the payload) up as a packet of `pkt_type`;
 /// drops it, counted, when its protocol is not one IPoIB carries or memory is short.
 pub(crate) fn deliver(msg: &[u8], pkt_type: PacketType, napi: &Napi, c: &Counters) {
-    let Ok((header, _)) = EncapHeader::parse(msg) else {
+    let linear = if msg.len() <= COPY_MAX {
+        msg.len()
+    } else {
+        HEAD_LEN
+    };
+    let (head, rest) = msg.split_at(linear);
+    deliver_with(head, pkt_type, napi, c, |skb| {
+        if rest.is_empty() {
+            Ok(())
+        } else {
+            skb.append_paged(rest, GFP_ATOMIC)
+        }
+    });
+}
+
+/// Passes up a message whose first bytes are `head` (the 4-byte IPoIB header first), copied
+/// into the skb's linear part, and whose remainder `rest` attaches as page fragments.
+pub(crate) fn deliver_with(
+    head: &[u8],
+    pkt_type: PacketType,
+    napi: &Napi,
+    c: &Counters,
+    rest: impl FnOnce(&mut SkBuff) -> Result,
+) {
+    let Ok((header, _)) = EncapHeader::parse(head) else {
         bump(&c.rx_dropped, 1);
         return;
     };
@@ -31,7 +55,7 @@ pub(crate) fn deliver(msg: &[u8], pkt_type: PacketType, napi: &Napi, c: &Counter
         bump(&c.rx_dropped, 1);
         return;
     }
-    match build(msg, header.ethertype, pkt_type, napi) {
+    match build(head, header.ethertype, pkt_type, napi, rest) {
         Ok(skb) => {
             bump(&c.rx_packets, 1);
             bump(&c.rx_bytes, u64::from(skb.len()));
@@ -41,21 +65,21 @@ pub(crate) fn deliver(msg: &[u8], pkt_type: PacketType, napi: &Napi, c: &Counter
     }
 }
 
-/// An skb holding a zeroed pseudo header and `msg`, with the MAC header spanning both
-/// (as the C driver exposes it) and the data starting after it.
-fn build(msg: &[u8], ethertype: u16, pkt_type: PacketType, napi: &Napi) -> Result<SkBuff> {
-    let linear = if msg.len() <= COPY_MAX {
-        msg.len()
-    } else {
-        HEAD_LEN
-    };
-    let (head, rest) = msg.split_at(linear);
+/// An skb holding a zeroed pseudo header and the message, with the MAC header spanning the
+/// pseudo header and the IPoIB header (as the C driver exposes it) and the data after them.
+fn build(
+    head: &[u8],
+    ethertype: u16,
+    pkt_type: PacketType,
+    napi: &Napi,
+    rest: impl FnOnce(&mut SkBuff) -> Result,
+) -> Result<SkBuff> {
     let linear = (HWADDR_LEN + head.len()) as u32;
     let mut skb = SkBuff::alloc(napi.device(), linear, GFP_ATOMIC)?;
     let room = skb.put(linear)?;
     room[..HWADDR_LEN].fill(0);
     room[HWADDR_LEN..].copy_from_slice(head);
-    skb.append_paged(rest, GFP_ATOMIC)?;
+    rest(&mut skb)?;
     skb.reset_mac_header();
     skb.pull(wire::HARD_HEADER_LEN as u32)?;
     skb.set_protocol(ethertype);

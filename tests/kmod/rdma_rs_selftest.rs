@@ -21,6 +21,7 @@ use kernel::{
         device::{Device, DeviceRef, Gid, Mtu},
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
+        qp::SharedQueue,
         qp::{QpCaps, QpType, QueuePair},
         srq::SharedReceiveQueue,
     },
@@ -337,7 +338,7 @@ impl RcEnd {
             &ep.pd,
             ep.send_cq.clone(),
             ep.recv_cq.clone(),
-            srq.clone(),
+            srq.clone().map(|s| s as Arc<dyn SharedQueue>),
             caps,
             OWNER,
         )?;
@@ -484,7 +485,7 @@ fn connected(report: &mut Report) -> Result {
     let passive_signal = waiter()?;
     let ep = Endpoint::new(c_str!("rxe1"), [192, 0, 2, 2])?;
     let signal = passive_signal.clone();
-    let srq = SharedReceiveQueue::new(&ep.pd, 8)?;
+    let srq = SharedReceiveQueue::new(&ep.pd, 8, 1)?;
     let passive = Arc::pin_init(
         pin_init!(Passive {
             ep,

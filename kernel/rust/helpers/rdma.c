@@ -89,3 +89,16 @@ int rust_helper_ib_post_srq_recv(struct ib_srq *srq, const struct ib_recv_wr *re
 {
 	return ib_post_srq_recv(srq, recv_wr, bad_recv_wr);
 }
+
+u64 rust_helper_ib_dma_map_page(struct ib_device *dev, struct page *page,
+				unsigned long offset, size_t size,
+				enum dma_data_direction direction)
+{
+	return ib_dma_map_page(dev, page, offset, size, direction);
+}
+
+void rust_helper_ib_dma_unmap_page(struct ib_device *dev, u64 addr, size_t size,
+				   enum dma_data_direction direction)
+{
+	ib_dma_unmap_page(dev, addr, size, direction);
+}

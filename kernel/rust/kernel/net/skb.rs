@@ -275,39 +275,46 @@ impl SkBuff {
         };
     }
 
-    /// Appends a copy of `data` as page fragments, in pages allocated with `flags`: large
-    /// messages then need no high-order allocation. At most `MAX_SKB_FRAGS` fragments fit;
-    /// more data gives `ENOSPC` (with part of it appended). A cloned skb gives `EINVAL`.
-    pub fn append_paged(&mut self, mut data: &[u8], flags: Flags) -> Result {
-        if self.is_cloned() {
+    /// Appends `len` bytes at `offset` of `page` as the next page fragment; the skb takes
+    /// the page. `EINVAL` for a cloned skb or a range outside the page, `ENOSPC` when all
+    /// `MAX_SKB_FRAGS` fragments are used (the page is dropped with the error).
+    pub fn add_page(&mut self, page: Page, offset: usize, len: usize) -> Result {
+        if self.is_cloned() || offset.checked_add(len).map_or(true, |end| end > PAGE_SIZE) {
             return Err(EINVAL);
         }
-        while !data.is_empty() {
-            // SAFETY: By the type invariant the skb is valid; its shared info exists.
-            let nr = unsafe { (*bindings::skb_shinfo(self.raw())).nr_frags };
-            if u32::from(nr) >= bindings::MAX_SKB_FRAGS {
-                return Err(ENOSPC);
-            }
-            let n = data.len().min(PAGE_SIZE);
+        // SAFETY: By the type invariant the skb is valid; its shared info exists.
+        let nr = unsafe { (*bindings::skb_shinfo(self.raw())).nr_frags };
+        if u32::from(nr) >= bindings::MAX_SKB_FRAGS {
+            return Err(ENOSPC);
+        }
+        // The skb takes over the page reference.
+        let page = ManuallyDrop::new(page);
+        // SAFETY: The skb is valid, owned and not cloned, so its fragments are ours to
+        // extend; `nr` is below `MAX_SKB_FRAGS`; the range lies in the page, whose reference
+        // is handed over.
+        unsafe {
+            bindings::skb_add_rx_frag(
+                self.raw(),
+                c_int::from(nr),
+                page.as_ptr(),
+                offset as c_int,
+                len as c_int,
+                PAGE_SIZE as u32,
+            )
+        };
+        Ok(())
+    }
+
+    /// Appends a copy of `data` as page fragments, in pages allocated with `flags`: large
+    /// messages then need no high-order allocation. `ENOSPC` when the fragments run out
+    /// (part of the data appended), `EINVAL` for a cloned skb.
+    pub fn append_paged(&mut self, data: &[u8], flags: Flags) -> Result {
+        for chunk in data.chunks(PAGE_SIZE) {
             let page = Page::alloc_page(flags)?;
-            // SAFETY: `data` is valid for reads of `n` bytes and does not overlap the new page.
-            unsafe { page.write_raw(data.as_ptr(), 0, n)? };
-            // The skb takes over the page reference.
-            let page = ManuallyDrop::new(page);
-            // SAFETY: The skb is valid, owned and not cloned, so its fragments are ours to
-            // extend; `nr` is below `MAX_SKB_FRAGS`; `page` holds `n` bytes at offset 0 and its
-            // reference is handed over.
-            unsafe {
-                bindings::skb_add_rx_frag(
-                    self.raw(),
-                    c_int::from(nr),
-                    page.as_ptr(),
-                    0,
-                    n as c_int,
-                    PAGE_SIZE as u32,
-                )
-            };
-            data = &data[n..];
+            // SAFETY: `chunk` is valid for reads of its length, at most a page, and does not
+            // overlap the new page.
+            unsafe { page.write_raw(chunk.as_ptr(), 0, chunk.len())? };
+            self.add_page(page, 0, chunk.len())?;
         }
         Ok(())
     }

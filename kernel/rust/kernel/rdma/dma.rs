@@ -9,7 +9,9 @@ use crate::{
     alloc::{Flags, KVec},
     bindings,
     error::{code::ENOMEM, Result},
+    page::{Page, PAGE_SIZE},
 };
+use core::mem::ManuallyDrop;
 
 /// Which way data moves through a mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,5 +146,193 @@ impl Drop for DmaBuffer {
                 self.dir.as_raw(),
             )
         };
+    }
+}
+
+/// A page mapped for an RDMA device to write into (receives), whose ownership can be taken
+/// back unmapped ([`DmaPage::into_page`]) and handed to the network stack without a copy.
+///
+/// # Invariants
+///
+/// `addr` is the mapping of all of `page` from the device, made by `ib_dma_map_page`;
+/// outside queues the page is synchronised for the CPU.
+pub struct DmaPage {
+    page: ManuallyDrop<Page>,
+    addr: u64,
+    device: DeviceRef,
+}
+
+impl DmaPage {
+    /// Allocates a page with `flags` and maps it for receiving on `device`.
+    pub fn new(device: &Device, flags: Flags) -> Result<Self> {
+        let device = device.get_ref()?;
+        let page = Page::alloc_page(flags)?;
+        // SAFETY: The device is registered; the page is ours and stays allocated until it is
+        // unmapped (in `into_page` or `drop`).
+        let addr = unsafe {
+            bindings::ib_dma_map_page(
+                device.as_raw(),
+                page.as_ptr(),
+                0,
+                PAGE_SIZE,
+                DmaDirection::FromDevice.as_raw(),
+            )
+        };
+        // SAFETY: The device is valid and `addr` came from a mapping on it.
+        if unsafe { bindings::ib_dma_mapping_error(device.as_raw(), addr) } != 0 {
+            return Err(ENOMEM);
+        }
+        // INVARIANT: just mapped; a fresh mapping is synchronised for the CPU.
+        Ok(Self {
+            page: ManuallyDrop::new(page),
+            addr,
+            device,
+        })
+    }
+
+    /// Ends the mapping and returns the page with what the device wrote.
+    pub fn into_page(self) -> Page {
+        let mut this = ManuallyDrop::new(self);
+        this.unmap();
+        // SAFETY: `this` is never used or dropped again, so the page is taken exactly once;
+        // the device reference is released here as `drop` would.
+        unsafe {
+            core::ptr::drop_in_place(&mut this.device);
+            ManuallyDrop::take(&mut this.page)
+        }
+    }
+
+    fn unmap(&mut self) {
+        // SAFETY: By the type invariant the mapping exists; callers release it once.
+        unsafe {
+            bindings::ib_dma_unmap_page(
+                self.device.as_raw(),
+                self.addr,
+                PAGE_SIZE,
+                DmaDirection::FromDevice.as_raw(),
+            )
+        };
+    }
+
+    pub(crate) fn dma_addr(&self) -> u64 {
+        self.addr
+    }
+
+    pub(crate) fn sync_for_device(&self) {
+        // SAFETY: By the type invariant `addr` maps a page from the device.
+        unsafe {
+            bindings::ib_dma_sync_single_for_device(
+                self.device.as_raw(),
+                self.addr,
+                PAGE_SIZE,
+                DmaDirection::FromDevice.as_raw(),
+            )
+        };
+    }
+
+    pub(crate) fn sync_for_cpu(&self) {
+        // SAFETY: By the type invariant `addr` maps a page from the device.
+        unsafe {
+            bindings::ib_dma_sync_single_for_cpu(
+                self.device.as_raw(),
+                self.addr,
+                PAGE_SIZE,
+                DmaDirection::FromDevice.as_raw(),
+            )
+        };
+    }
+}
+
+impl Drop for DmaPage {
+    fn drop(&mut self) {
+        self.unmap();
+        // SAFETY: Unmapped above; the page is dropped once, here.
+        unsafe { ManuallyDrop::drop(&mut self.page) };
+    }
+}
+
+/// A receive buffer in several segments: a head buffer, then pages. Large messages land
+/// mostly in the pages, which the receiver passes up as skb fragments and replaces
+/// ([`ScatterBuffer::replace_page`]) instead of copying.
+pub struct ScatterBuffer {
+    head: DmaBuffer,
+    pages: PageSegments,
+}
+
+/// The page segments of a [`ScatterBuffer`].
+pub struct PageSegments(KVec<DmaPage>);
+
+impl PageSegments {
+    /// The number of pages.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Puts `fresh` in place of page `index` and returns the old page, unmapped, with what
+    /// the device wrote; `None` (and `fresh` dropped) if there is no such page.
+    pub fn replace(&mut self, index: usize, fresh: DmaPage) -> Option<Page> {
+        let slot = self.0.get_mut(index)?;
+        Some(core::mem::replace(slot, fresh).into_page())
+    }
+}
+
+impl ScatterBuffer {
+    /// A head of `head_len` bytes and `pages` pages, mapped for receiving on `device`.
+    pub fn new(device: &Device, head_len: usize, pages: usize, flags: Flags) -> Result<Self> {
+        let head = DmaBuffer::new(device, head_len, DmaDirection::FromDevice, flags)?;
+        let mut v = KVec::with_capacity(pages, flags)?;
+        for _ in 0..pages {
+            v.push(DmaPage::new(device, flags)?, flags)?;
+        }
+        Ok(Self {
+            head,
+            pages: PageSegments(v),
+        })
+    }
+
+    /// The head segment.
+    pub fn head(&self) -> &[u8] {
+        self.head.as_slice()
+    }
+
+    /// The head segment to read and the pages to take, at once.
+    pub fn parts_mut(&mut self) -> (&[u8], &mut PageSegments) {
+        (self.head.as_slice(), &mut self.pages)
+    }
+
+    /// The segments as scatter/gather entries with `lkey`, at most `out.len()` of them.
+    pub(crate) fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
+        let n = 1 + self.pages.len();
+        if n > out.len() {
+            return Err(crate::error::code::EINVAL);
+        }
+        out[0] = bindings::ib_sge {
+            addr: self.head.dma_addr(),
+            length: u32::try_from(self.head.len()).map_err(|_| crate::error::code::EINVAL)?,
+            lkey,
+        };
+        for (sge, page) in out[1..n].iter_mut().zip(self.pages.0.iter()) {
+            *sge = bindings::ib_sge {
+                addr: page.dma_addr(),
+                length: PAGE_SIZE as u32,
+                lkey,
+            };
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn sync_for_device(&self) {
+        self.head.sync_for_device();
+        self.pages.0.iter().for_each(DmaPage::sync_for_device);
+    }
+
+    pub(crate) fn sync_for_cpu(&self) {
+        self.head.sync_for_cpu();
+        self.pages.0.iter().for_each(DmaPage::sync_for_cpu);
     }
 }

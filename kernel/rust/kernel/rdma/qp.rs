@@ -14,9 +14,8 @@ use super::{
     ah::AddressHandle,
     cq::{QpId, RawCompletionQueue, WorkCompletion},
     device::Gid,
-    dma::DmaBuffer,
+    dma::{DmaBuffer, ScatterBuffer},
     pd::ProtectionDomain,
-    srq::SharedReceiveQueue,
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
@@ -68,6 +67,78 @@ pub enum QpType {
     Rc,
 }
 
+/// Most scatter/gather entries of one receive.
+const MAX_RECV_SGE: usize = 16;
+
+mod sealed {
+    use crate::{bindings, error::Result};
+
+    /// How a receive buffer describes itself to the device.
+    pub trait Sealed {
+        /// Fills `out` with the buffer's segments; returns how many.
+        fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize>;
+        /// Hands the memory to the device.
+        fn sync_for_device(&self);
+        /// Takes the memory back for the CPU.
+        fn sync_for_cpu(&self);
+    }
+}
+
+/// Memory a receive can land in: a [`DmaBuffer`] (one segment) or a [`ScatterBuffer`]
+/// (a head and pages, up to 16 segments).
+pub trait RecvBuffer: sealed::Sealed + Send {}
+
+impl sealed::Sealed for DmaBuffer {
+    fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
+        let length = u32::try_from(self.len()).map_err(|_| EINVAL)?;
+        let sge = out.first_mut().ok_or(EINVAL)?;
+        *sge = bindings::ib_sge {
+            addr: self.dma_addr(),
+            length,
+            lkey,
+        };
+        Ok(1)
+    }
+    fn sync_for_device(&self) {
+        DmaBuffer::sync_for_device(self)
+    }
+    fn sync_for_cpu(&self) {
+        DmaBuffer::sync_for_cpu(self)
+    }
+}
+impl RecvBuffer for DmaBuffer {}
+
+impl sealed::Sealed for ScatterBuffer {
+    fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
+        ScatterBuffer::fill_sges(self, lkey, out)
+    }
+    fn sync_for_device(&self) {
+        ScatterBuffer::sync_for_device(self)
+    }
+    fn sync_for_cpu(&self) {
+        ScatterBuffer::sync_for_cpu(self)
+    }
+}
+impl RecvBuffer for ScatterBuffer {}
+
+/// A shared receive queue as queue pairs see it: something they can be created on.
+pub trait SharedQueue: Send + Sync {
+    /// The C object.
+    #[doc(hidden)]
+    fn as_raw(&self) -> *mut bindings::ib_srq;
+}
+
+/// The lock class of every receive ring. Lockdep wants one name per class, and generic code
+/// instantiated in another crate would bring its own copy of a name literal: the class is
+/// made here, in code that is not generic and not inlined.
+#[inline(never)]
+fn recv_ring_lock_class() -> (&'static CStr, &'static crate::sync::LockClassKey) {
+    (
+        crate::c_str!("RecvRing::slots"),
+        crate::static_lock_class!(),
+    )
+}
+
 /// Receive buffers posted to a queue pair or a shared receive queue, by work request index;
 /// `wr_id` = serial << 32 | index, the serial naming the queue.
 ///
@@ -76,19 +147,22 @@ pub enum QpType {
 /// Every `Some` slot holds the buffer of a receive posted with that slot's `wr_id` and not
 /// yet completed through this object.
 #[pin_data]
-pub(crate) struct RecvRing {
+pub(crate) struct RecvRing<B: RecvBuffer> {
     serial: u32,
     #[pin]
-    slots: SpinLockBh<Slots<DmaBuffer>>,
+    slots: SpinLockBh<Slots<B>>,
 }
 
-impl RecvRing {
+impl<B: RecvBuffer> RecvRing<B> {
     pub(crate) fn new(n: u32) -> Result<impl PinInit<Self>> {
         let slots = Slots::new(n)?;
         let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
         Ok(pin_init!(Self {
             serial,
-            slots <- new_spinlock_bh!(slots, "RecvRing::slots"),
+            slots <- {
+                let (name, key) = recv_ring_lock_class();
+                SpinLockBh::new(slots, name, key)
+            },
         }))
     }
 
@@ -96,27 +170,24 @@ impl RecvRing {
     /// status); keeps the buffer until its completion.
     pub(crate) fn post(
         &self,
-        buf: DmaBuffer,
+        buf: B,
         lkey: u32,
         post: impl FnOnce(&bindings::ib_recv_wr) -> c_int,
-    ) -> core::result::Result<(), (Error, DmaBuffer)> {
-        let Ok(length) = u32::try_from(buf.len()) else {
-            return Err((EINVAL, buf));
+    ) -> core::result::Result<(), (Error, B)> {
+        let mut sges = [bindings::ib_sge::default(); MAX_RECV_SGE];
+        let n = match buf.fill_sges(lkey, &mut sges) {
+            Ok(n) => n,
+            Err(e) => return Err((e, buf)),
         };
         let mut slots = self.slots.lock();
         let Some(index) = slots.free_index() else {
             return Err((ENOSPC, buf));
         };
-        let mut sge = bindings::ib_sge {
-            addr: buf.dma_addr(),
-            length,
-            lkey,
-        };
         // SAFETY: All-zero is a valid `ib_recv_wr`.
         let mut wr: bindings::ib_recv_wr = unsafe { core::mem::zeroed() };
         wr.__bindgen_anon_1.wr_id = (u64::from(self.serial) << 32) | index as u64;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = n as c_int;
         buf.sync_for_device();
         if let Err(e) = to_result(post(&wr)) {
             buf.sync_for_cpu();
@@ -128,7 +199,7 @@ impl RecvRing {
     }
 
     /// Takes back the buffer that `wc` completes, if `wc` names one of our requests.
-    pub(crate) fn complete(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {
+    pub(crate) fn complete(&self, wc: &WorkCompletion) -> Option<B> {
         let id = wc.wr_id();
         if (id >> 32) as u32 != self.serial {
             return None;
@@ -160,13 +231,13 @@ impl<T> Slots<T> {
         Ok(Self { entries, next: 0 })
     }
 
-    /// A free index, preferring ring order.
+    /// A free index, preferring ring order. Written without arithmetic that could panic.
     fn free_index(&mut self) -> Option<usize> {
         let n = self.entries.len();
-        let found = (0..n)
-            .map(|i| (self.next + i) % n)
-            .find(|&i| self.entries[i].is_none())?;
-        self.next = (found + 1) % n;
+        let start = self.next.min(n);
+        let found = Iterator::chain(start..n, 0..start)
+            .find(|&i| self.entries.get(i).is_some_and(|e| e.is_none()))?;
+        self.next = found.checked_add(1).filter(|&i| i < n).unwrap_or(0);
         Some(found)
     }
 }
@@ -187,9 +258,9 @@ pub struct QueuePair {
     #[pin]
     send: SpinLockBh<Slots<SendSlot>>,
     #[pin]
-    recv: RecvRing,
+    recv: RecvRing<DmaBuffer>,
     pd: Arc<ProtectionDomain>,
-    srq: Option<Arc<SharedReceiveQueue>>,
+    srq: Option<Arc<dyn SharedQueue>>,
     _send_cq: Arc<dyn RawCompletionQueue>,
     _recv_cq: Arc<dyn RawCompletionQueue>,
 }
@@ -208,7 +279,7 @@ impl QueuePair {
         pd: &Arc<ProtectionDomain>,
         send_cq: Arc<dyn RawCompletionQueue>,
         recv_cq: Arc<dyn RawCompletionQueue>,
-        srq: Option<Arc<SharedReceiveQueue>>,
+        srq: Option<Arc<dyn SharedQueue>>,
         caps: QpCaps,
         owner: &'static CStr,
     ) -> Result<Pin<KBox<Self>>> {

@@ -188,7 +188,7 @@ if [ "$role" = client ]; then
 else
 	stale_logged() {
 		echo "cm_stale_secs=$(cat /sys/module/$MODULE/parameters/cm_stale_secs)"
-		wait_for 20 eval 'dmesg | grep "idle receive connection(s) closed"'
+		wait_for 90 eval 'dmesg | grep "idle receive connection(s) closed"'
 	}
 	ipoib_check "$role: idle receive connection closed after cm_stale_secs=3" stale_logged
 fi
