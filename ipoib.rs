@@ -21,9 +21,12 @@ use kernel::{
     sync::Arc,
 };
 
+mod cm_rx;
+mod cm_tx;
 mod cq;
 mod ipoib_cm;
 mod ipoib_ud;
+mod mcast;
 mod neigh;
 mod netdev;
 mod params;
@@ -34,6 +37,9 @@ mod stats;
 pub mod wire;
 
 use ipoib_ud::UdPort;
+
+/// The name the core's resource tracking shows for our queues and queue pairs.
+pub(crate) const OWNER: &CStr = c_str!("ib_ipoib");
 use netdev::IpoibNetdev;
 
 module! {

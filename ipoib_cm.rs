@@ -8,18 +8,19 @@
 //! connections take their buffers from one shared receive queue and complete on the
 //! interface's receive CQ; each transmit connection has its own send CQ. Connections are
 //! made and destroyed in process context (the port's work item); NAPI only posts, polls
-//! and hands packets up.
+//! and hands packets up. This file holds the per-interface state; the connections are in
+//! `cm_tx.rs` and `cm_rx.rs`.
 
 use crate::{
-    cq::TxCqEvents,
+    cm_rx::{CmListen, RxConnection},
+    cm_tx::{TxConnection, TxPhase},
     params, rx,
     send_buffers::SendBuffers,
     stats::{bump, Counters},
-    wire::{self, CmPrivateData, HwAddr, CM_BUF_SIZE, CM_MTU, HWADDR_LEN},
+    wire::{self, CmPrivateData, HwAddr, CM_BUF_SIZE, HWADDR_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::{
-    c_str,
     net::{
         dev::NetDevice,
         napi::{Napi, NapiHandle},
@@ -28,14 +29,11 @@ use kernel::{
     new_mutex, new_spinlock_bh,
     page::PAGE_SIZE,
     prelude::*,
-    rbtree::{RBTree, RBTreeNode, RBTreeNodeReservation},
+    rbtree::{RBTree, RBTreeNode},
     rdma::{
-        cm::{
-            self, CmId, CmIdRef, Event, GidAttr, Handler, ListenHandler, Listener, PathRecord,
-            QpState, ReqParams, Request,
-        },
-        cq::{CompletionQueue, QpId, WcStatus, WorkCompletion},
-        device::{Device, DeviceRef, Gid, Mtu},
+        cm::{CmId, Listener},
+        cq::{CompletionQueue, QpId, RawCompletionQueue, WcStatus, WorkCompletion},
+        device::{Device, DeviceRef, Mtu},
         dma::{DmaPage, ScatterBuffer},
         pd::ProtectionDomain,
         qp::{QpCaps, QpType, QueuePair},
@@ -49,7 +47,6 @@ use kernel::{
     },
 };
 
-const OWNER: &CStr = c_str!("ib_ipoib");
 /// Receive buffers in the shared receive queue, for all receive connections together.
 pub(crate) const SRQ_SIZE: u32 = 64;
 /// Pages of a receive buffer after its head: with the head, `CM_BUF_SIZE` bytes.
@@ -57,12 +54,6 @@ const RX_PAGES: usize = CM_BUF_SIZE as usize / PAGE_SIZE;
 /// The head of a receive buffer: what is left of `CM_BUF_SIZE` after whole pages (4084
 /// bytes with 4 KiB pages, as in the C driver). It becomes the skb's linear part.
 const RX_HEAD: usize = CM_BUF_SIZE as usize % PAGE_SIZE;
-/// Packets a transmit connection holds while it is being set up.
-const HELD_MAX: usize = 32;
-/// The GID table entry our connections start from, as for datagram mode.
-const GID_INDEX: u32 = 0;
-/// Completions handled per CQ poll call.
-const POLL_BATCH: usize = 16;
 
 /// Connections are keyed by the peer's address without its flags byte.
 type PeerKey = [u8; HWADDR_LEN];
@@ -73,527 +64,24 @@ fn peer_key(addr: &HwAddr) -> PeerKey {
     key
 }
 
-/// Packets waiting, in order, for a connection to be established.
-struct Held {
-    slots: KVec<Option<SkBuff>>,
-    head: usize,
-    len: usize,
-}
-
-impl Held {
-    fn new() -> Result<Self> {
-        let mut slots = KVec::with_capacity(HELD_MAX, GFP_ATOMIC)?;
-        for _ in 0..HELD_MAX {
-            slots.push(None, GFP_ATOMIC)?;
-        }
-        Ok(Self {
-            slots,
-            head: 0,
-            len: 0,
-        })
-    }
-
-    /// Appends `skb`; gives it back when full.
-    fn push(&mut self, skb: SkBuff) -> core::result::Result<(), SkBuff> {
-        if self.len == HELD_MAX {
-            return Err(skb);
-        }
-        self.slots[(self.head + self.len) % HELD_MAX] = Some(skb);
-        self.len += 1;
-        Ok(())
-    }
-
-    /// The oldest packet.
-    fn pop(&mut self) -> Option<SkBuff> {
-        let skb = self.slots[self.head].take()?;
-        self.head = (self.head + 1) % HELD_MAX;
-        self.len -= 1;
-        Some(skb)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Drops every packet; returns how many went.
-    fn clear(&mut self) -> u64 {
-        let n = self.len as u64;
-        while self.pop().is_some() {}
-        n
-    }
-}
-
-/// Where a transmit connection is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TxPhase {
-    /// Made by the first packet; the work item sets it up.
-    New,
-    /// REQ sent, waiting for the REP.
-    Connecting,
-    /// Established: packets go out.
-    Live,
-    /// Failed or closed: the work item destroys it; the next packet makes a new one.
-    Dead,
-}
-
-/// A transmit connection's queue pair with its own send CQ.
-///
-/// Dropped in process context only: NAPI reaches it under the connection's state lock and
-/// never holds a reference of its own.
-struct TxLink {
-    qp: Pin<KBox<QueuePair>>,
-    cq: Arc<CompletionQueue<TxCqEvents>>,
-    buffers: Arc<SendBuffers>,
-}
-
-impl Drop for TxLink {
-    fn drop(&mut self) {
-        // Sends still in flight lose their buffers with the queue pair: replace them, or the
-        // interface would run out.
-        let lost = self.qp.sends_in_flight();
-        if lost > 0 {
-            if let Err(e) = self.buffers.replace_lost(lost) {
-                pr_warn!("{} send buffers not replaced ({:?})\n", lost, e);
-            }
-            self.cq.handler().kick();
-        }
-    }
-}
-
-struct TxState {
-    phase: TxPhase,
-    held: Held,
-    /// Present from set-up until the work item destroys the connection. NAPI reaches it
-    /// only under this lock and never clones it, so the last reference goes in process
-    /// context.
-    link: Option<Arc<TxLink>>,
-}
-
-impl TxState {
-    /// Whether NAPI has work here: completions, or held packets of an established
-    /// connection (held back when the send buffers ran out).
-    fn needs_poll(&self) -> bool {
-        self.link.as_ref().is_some_and(|l| l.cq.handler().fired())
-            || (self.phase == TxPhase::Live && !self.held.is_empty())
-    }
-}
-
-/// A connection we send over, to one peer.
-#[pin_data]
-pub(crate) struct TxConnection {
-    dest: HwAddr,
-    port: Arc<CmPort>,
-    #[pin]
-    state: SpinLockBh<TxState>,
-    /// The largest payload the peer receives, from its REP.
-    mtu: AtomicU32,
-}
-
-impl TxConnection {
-    fn new(port: Arc<CmPort>, dest: HwAddr) -> Result<Arc<Self>> {
-        let held = Held::new()?;
-        Arc::pin_init(
-            pin_init!(Self {
-                dest,
-                port,
-                state <- new_spinlock_bh!(
-                    TxState {
-                        phase: TxPhase::New,
-                        held,
-                        link: None,
-                    },
-                    "TxConnection::state"
-                ),
-                mtu: AtomicU32::new(0),
-            }),
-            GFP_ATOMIC,
-        )
-    }
-
-    fn phase(&self) -> TxPhase {
-        self.state.lock().phase
-    }
-
-    /// Sends `skb` (pseudo header first) now if established and nothing waits before it,
-    /// else holds it for the connection.
-    fn xmit(&self, skb: SkBuff, dev: &NetDevice) {
-        let c = &self.port.counters;
-        let mut s = self.state.lock();
-        match s.phase {
-            TxPhase::Live if s.held.is_empty() => self.post(&s, skb, dev),
-            TxPhase::New | TxPhase::Connecting | TxPhase::Live => {
-                if s.held.push(skb).is_err() {
-                    bump(&c.tx_dropped, 1);
-                }
-                if s.phase == TxPhase::Live {
-                    // Packets wait behind others: have NAPI send them in order.
-                    if let Some(link) = s.link.as_ref() {
-                        link.cq.handler().kick();
-                    }
-                }
-            }
-            TxPhase::Dead => bump(&c.tx_dropped, 1),
-        }
-    }
-
-    /// Posts `skb` on the established connection; called with the state lock held, which
-    /// keeps packets in order.
-    fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice) {
-        let c = &self.port.counters;
-        let Some(link) = s.link.as_ref() else {
-            bump(&c.tx_dropped, 1);
-            return;
-        };
-        let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
-            bump(&c.tx_dropped, 1);
-            return;
-        };
-        let mtu = self.mtu.load(Ordering::Relaxed);
-        if len > mtu + wire::ENCAP_HEADER_LEN as u32 || len as usize > self.port.buffers.size() {
-            // More than the peer takes: the stack learns its MTU, as from a router.
-            let _ = skb.report_too_big(mtu);
-            bump(&c.tx_dropped, 1);
-            return;
-        }
-        let Some(mut buf) = self.port.buffers.take(dev) else {
-            bump(&c.tx_dropped, 1);
-            return;
-        };
-        let n = len as usize;
-        if skb
-            .copy_bits(HWADDR_LEN as u32, &mut buf.as_mut_slice()[..n])
-            .is_err()
-        {
-            self.port.buffers.give(buf);
-            bump(&c.tx_dropped, 1);
-            return;
-        }
-        skb.consume();
-        match link.qp.post_send(buf, n) {
-            Ok(()) => {
-                bump(&c.tx_packets, 1);
-                bump(&c.tx_bytes, u64::from(len));
-            }
-            Err((_, buf)) => {
-                self.port.buffers.give(buf);
-                bump(&c.tx_errors, 1);
-            }
-        }
-    }
-
-    /// Sets the connection up (process context): its CQ and RC queue pair, then the REQ.
-    fn connect(self: &Arc<Self>) -> Result<CmId<TxConnection>> {
-        let port = &self.port;
-        let events = Arc::new(TxCqEvents::new(port.napi.clone()), GFP_KERNEL)?;
-        let ring = crate::ipoib_ud::SEND_RING;
-        let cq = CompletionQueue::new(&port.device, ring + 1, 0, events, OWNER)?;
-        let caps = QpCaps {
-            max_send_wr: ring,
-            max_recv_wr: 0,
-            max_send_sge: 1,
-            max_recv_sge: 0,
-        };
-        let qp = QueuePair::new(
-            QpType::Rc,
-            &port.pd,
-            cq.clone(),
-            cq.clone(),
-            Some(port.srq.clone()),
-            caps,
-            OWNER,
-        )?;
-        qp.init_rc(port.port, 0)?;
-        let sgid = GidAttr::get(&port.device, port.port, GID_INDEX)?;
-        let path =
-            PathRecord::roce_v2_link_local(&sgid.gid(), &Gid(self.dest.gid().0), port.path_mtu)?;
-        let link = Arc::new(
-            TxLink {
-                qp,
-                cq,
-                buffers: port.buffers.clone(),
-            },
-            GFP_KERNEL,
-        )?;
-        let id = CmId::new(&port.device, self.clone())?;
-        {
-            // The REP may come back before `send_req` returns: be ready for it.
-            let mut s = self.state.lock();
-            if s.phase != TxPhase::New {
-                return Err(EAGAIN);
-            }
-            s.phase = TxPhase::Connecting;
-            s.link = Some(link.clone());
-        }
-        let private = port.private_data();
-        id.id().send_req(
-            &link.qp,
-            &ReqParams {
-                path: &path,
-                sgid_attr: &sgid,
-                service_id: wire::cm_service_id(self.dest.qpn()),
-                private_data: &private,
-                srq: true,
-                responder_resources: 4,
-                // The C driver asks for no retries, which suits lossless InfiniBand; RoCE
-                // may drop packets (rxe does under load), so retry as often as allowed.
-                // Only our own queue pair is affected: peers see no difference.
-                retry_count: 7,
-                rnr_retry_count: 7,
-                max_cm_retries: 15,
-            },
-        )?;
-        Ok(id)
-    }
-
-    /// The peer accepted: move the queue pair to RTS, confirm, and let NAPI send what waits.
-    fn established(&self, id: &CmIdRef, private_data: &[u8]) -> Result {
-        let peer = CmPrivateData::parse(private_data).map_err(|_| EINVAL)?;
-        let mtu = peer.payload_mtu().ok_or(EINVAL)?.min(CM_MTU);
-        let link = self.state.lock().link.clone().ok_or(EAGAIN)?;
-        id.modify_qp(&link.qp, QpState::Rtr)?;
-        id.modify_qp(&link.qp, QpState::Rts)?;
-        self.mtu.store(mtu, Ordering::Relaxed);
-        id.send_rtu()?;
-        {
-            let mut s = self.state.lock();
-            if s.phase == TxPhase::Connecting {
-                s.phase = TxPhase::Live;
-            }
-        }
-        link.cq.handler().kick();
-        Ok(())
-    }
-
-    /// Takes the queue pair out (process context), so that it is destroyed here.
-    fn unlink(&self) -> Option<Arc<TxLink>> {
-        let mut s = self.state.lock();
-        s.phase = TxPhase::Dead;
-        let dropped = s.held.clear();
-        bump(&self.port.counters.tx_dropped, dropped);
-        s.link.take()
-    }
-
-    /// Marks the connection dead and has the work item destroy it.
-    fn fail(&self) {
-        let dropped = {
-            let mut s = self.state.lock();
-            s.phase = TxPhase::Dead;
-            s.held.clear()
-        };
-        bump(&self.port.counters.tx_dropped, dropped);
-        self.port.schedule_work();
-    }
-
-    /// NAPI: reaps send completions and sends held packets once established. Returns whether
-    /// the CQ needs another round.
-    fn poll(&self, dev: &NetDevice) -> bool {
-        let mut s = self.state.lock();
-        let mut failed = false;
-        let mut again = false;
-        if let Some(link) = s.link.as_ref() {
-            if link.cq.handler().take() {
-                loop {
-                    let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
-                    let n = link.cq.poll(&mut wcs).unwrap_or(0);
-                    for wc in &wcs[..n] {
-                        if let Some(buf) = link.qp.complete_send(wc) {
-                            self.port.buffers.give(buf);
-                        }
-                        match wc.status() {
-                            WcStatus::Success | WcStatus::Flushed => {}
-                            WcStatus::Error(status) => {
-                                bump(&self.port.counters.tx_errors, 1);
-                                if !failed {
-                                    pr_info!(
-                                        "{} port {}: connection to {} failed (send status {})\n",
-                                        self.port.name(),
-                                        self.port.port,
-                                        self.dest,
-                                        status
-                                    );
-                                }
-                                failed = true;
-                            }
-                        }
-                    }
-                    if n < POLL_BATCH {
-                        break;
-                    }
-                }
-                again = link.cq.request_notify().unwrap_or(true);
-                if again {
-                    link.cq.handler().kick();
-                }
-            }
-        }
-        while s.phase == TxPhase::Live && !s.held.is_empty() && self.port.buffers.any_idle() {
-            if let Some(skb) = s.held.pop() {
-                self.post(&s, skb, dev);
-            }
-        }
-        drop(s);
-        if failed {
-            self.fail();
-        }
-        again
-    }
-}
-
-impl Handler for TxConnection {
-    fn event(&self, id: &CmIdRef, event: Event<'_>) {
-        match event {
-            Event::RepReceived { private_data, .. } => {
-                if let Err(e) = self.established(id, private_data) {
-                    pr_info!(
-                        "{} port {}: connection to {} refused ({:?})\n",
-                        self.port.name(),
-                        self.port.port,
-                        self.dest,
-                        e
-                    );
-                    let _ = id.send_rej(cm::REJ_CONSUMER_DEFINED);
-                    self.fail();
-                }
-            }
-            Event::DreqReceived => {
-                let _ = id.send_drep();
-                self.fail();
-            }
-            Event::RejReceived { .. }
-            | Event::Timeout
-            | Event::DrepReceived
-            | Event::TimewaitExit => self.fail(),
-            Event::RtuReceived | Event::Other(_) => {}
-        }
-    }
-}
-
-/// A connection a peer opened to us: its queue pair receives from the shared receive queue.
-pub(crate) struct RxConnection {
-    qp: Pin<KBox<QueuePair>>,
-    port: Arc<CmPort>,
-    /// Closed or failed: the work item destroys it.
-    dead: AtomicBool,
-}
-
-impl RxConnection {
-    fn close(&self) {
-        self.dead.store(true, Ordering::Release);
-        self.port.schedule_work();
-    }
-}
-
-impl Handler for RxConnection {
-    fn event(&self, id: &CmIdRef, event: Event<'_>) {
-        match event {
-            Event::DreqReceived => {
-                let _ = id.send_drep();
-                // Buffers this queue pair took from the SRQ come back flushed.
-                let _ = self.qp.set_error();
-                self.close();
-            }
-            Event::RejReceived { .. }
-            | Event::Timeout
-            | Event::DrepReceived
-            | Event::TimewaitExit => {
-                let _ = self.qp.set_error();
-                self.close();
-            }
-            Event::RtuReceived | Event::RepReceived { .. } | Event::Other(_) => {}
-        }
-    }
-}
-
-/// Takes connection requests for the port's service.
-struct CmListen {
-    port: Arc<CmPort>,
-}
-
-impl ListenHandler for CmListen {
-    fn request(&self, req: Request<'_>) -> Result {
-        let port = &self.port;
-        if !port.open.load(Ordering::Acquire) {
-            return Err(ENODEV);
-        }
-        // The peer's data is only checked: it announces its UD QPN and receive size, which
-        // matter for the connection it opens toward us, not for this one.
-        CmPrivateData::parse(req.private_data()).map_err(|_| EINVAL)?;
-        let caps = QpCaps {
-            // Nothing is sent, but a send queue must exist.
-            max_send_wr: 1,
-            max_recv_wr: 0,
-            max_send_sge: 1,
-            max_recv_sge: 0,
-        };
-        let qp = QueuePair::new(
-            QpType::Rc,
-            &port.pd,
-            port.recv_cq.clone(),
-            port.recv_cq.clone(),
-            Some(port.srq.clone()),
-            caps,
-            OWNER,
-        )?;
-        qp.init_rc(port.port, 0)?;
-        let psn = cm::random_psn();
-        req.id().modify_qp_for_rep(&qp, psn)?;
-        req.id().modify_qp(&qp, QpState::Rts)?;
-        let conn = Arc::new(
-            RxConnection {
-                qp,
-                port: port.clone(),
-                dead: AtomicBool::new(false),
-            },
-            GFP_KERNEL,
-        )?;
-        let key = port.rx_serial.fetch_add(1, Ordering::Relaxed);
-        let seen = RBTreeNode::new(conn.qp.id(), now_ms(), GFP_KERNEL)?;
-        let old = port.rx_seen.lock().insert(seen);
-        drop(old);
-        let mut rx = port.rx.lock();
-        // Room first: once accepted, the identifier must be kept.
-        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
-        let id = req.accept(conn.clone())?;
-        let private = port.private_data();
-        // The requester retries forever when our shared receive queue runs dry, rather than
-        // failing the connection (the C driver passes the REQ's count, 0, on).
-        if let Err(e) = id.id().send_rep(&conn.qp, psn, &private, true, 7) {
-            pr_info!(
-                "{} port {}: reply to a connection request failed ({:?})\n",
-                port.name(),
-                port.port,
-                e
-            );
-            conn.dead.store(true, Ordering::Release);
-        }
-        let old = rx.insert(node.into_node(key, id));
-        drop(rx);
-        drop(old);
-        if conn.dead.load(Ordering::Acquire) {
-            port.schedule_work();
-        }
-        Ok(())
-    }
-}
-
 /// Connected mode on one interface.
 #[pin_data]
 pub(crate) struct CmPort {
-    device: DeviceRef,
-    port: u32,
+    pub(crate) device: DeviceRef,
+    pub(crate) port: u32,
     /// Our UD QPN, announced in REQs and REPs.
     local_qpn: u32,
     /// The path MTU of connections (the port's active MTU).
-    path_mtu: Mtu,
-    pd: Arc<ProtectionDomain>,
-    srq: Arc<SharedReceiveQueue<ScatterBuffer>>,
+    pub(crate) path_mtu: Mtu,
+    pub(crate) pd: Arc<ProtectionDomain>,
+    pub(crate) srq: Arc<SharedReceiveQueue<ScatterBuffer>>,
     /// The interface's receive CQ, shared with the UD queue pair.
-    recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
-    buffers: Arc<SendBuffers>,
-    counters: Arc<Counters>,
-    napi: NapiHandle,
+    pub(crate) recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
+    pub(crate) buffers: Arc<SendBuffers>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) napi: NapiHandle,
     /// Whether connections are made and accepted (the interface is up).
-    open: AtomicBool,
+    pub(crate) open: AtomicBool,
     #[pin]
     listener: Mutex<Option<Listener<CmListen>>>,
     /// Transmit connections by peer.
@@ -604,12 +92,12 @@ pub(crate) struct CmPort {
     tx_ids: Mutex<RBTree<PeerKey, CmId<TxConnection>>>,
     /// Receive connections by arrival number.
     #[pin]
-    rx: Mutex<RBTree<u64, CmId<RxConnection>>>,
-    rx_serial: AtomicU64,
+    pub(crate) rx: Mutex<RBTree<u64, CmId<RxConnection>>>,
+    pub(crate) rx_serial: AtomicU64,
     /// When each receive connection last delivered a message (ms, monotonic), by queue
     /// pair: NAPI only knows a completion's queue pair.
     #[pin]
-    rx_seen: SpinLockBh<RBTree<QpId, i64>>,
+    pub(crate) rx_seen: SpinLockBh<RBTree<QpId, i64>>,
     /// Sets connections up and destroys them.
     #[pin]
     work: Work<CmPort>,
@@ -619,7 +107,7 @@ pub(crate) struct CmPort {
 }
 
 /// Monotonic time in milliseconds.
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     Ktime::ktime_get().to_ms()
 }
 
@@ -669,11 +157,11 @@ impl CmPort {
         )
     }
 
-    fn name(&self) -> &CStr {
+    pub(crate) fn name(&self) -> &CStr {
         self.device.name()
     }
 
-    fn private_data(&self) -> [u8; wire::CM_PRIVATE_DATA_LEN] {
+    pub(crate) fn private_data(&self) -> [u8; wire::CM_PRIVATE_DATA_LEN] {
         CmPrivateData {
             qpn: self.local_qpn,
             mtu: CM_BUF_SIZE,
@@ -681,8 +169,34 @@ impl CmPort {
         .to_bytes()
     }
 
+    /// A new RC queue pair on the shared receive queue, completing on `cq`, with room for
+    /// `send_wr` sends, in INIT: what both kinds of connection start from.
+    pub(crate) fn new_rc_qp(
+        &self,
+        cq: Arc<dyn RawCompletionQueue>,
+        send_wr: u32,
+    ) -> Result<Pin<KBox<QueuePair>>> {
+        let caps = QpCaps {
+            max_send_wr: send_wr,
+            max_recv_wr: 0,
+            max_send_sge: 1,
+            max_recv_sge: 0,
+        };
+        let qp = QueuePair::new(
+            QpType::Rc,
+            &self.pd,
+            cq.clone(),
+            cq,
+            Some(self.srq.clone()),
+            caps,
+            crate::OWNER,
+        )?;
+        qp.init_rc(self.port, 0)?;
+        Ok(qp)
+    }
+
     /// Has the work item run; one already queued does the job.
-    fn schedule_work(self: &Arc<Self>) {
+    pub(crate) fn schedule_work(self: &Arc<Self>) {
         let _ = workqueue::system().enqueue::<_, 0>(self.clone());
     }
 

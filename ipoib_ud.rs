@@ -6,6 +6,7 @@
 use crate::{
     cq::CqEvents,
     ipoib_cm::{self, CmPort},
+    mcast::{Joined, McastGroups},
     neigh::Neighbours,
     params, rx,
     send_buffers::SendBuffers,
@@ -14,9 +15,8 @@ use crate::{
 };
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use kernel::{
-    c_str,
     net::{
-        dev::{NetDevice, Stats64},
+        dev::{McAddrs, NetDevice, Stats64},
         mcast::Ipv6McMembership,
         napi::{Napi, NapiHandle},
         rtnl::Rtnl,
@@ -37,7 +37,6 @@ use kernel::{
     workqueue::{self, impl_has_work, new_work, Work, WorkItem},
 };
 
-const OWNER: &CStr = c_str!("ib_ipoib");
 /// Receive buffers kept posted.
 pub(crate) const RECV_RING: u32 = 128;
 /// Sends in flight at most; the queue stops when all are used.
@@ -87,6 +86,11 @@ pub(crate) struct UdPort {
     pending_count: AtomicUsize,
     #[pin]
     resolve_work: Work<UdPort>,
+    /// Groups of the multicast list, joined and left by `mcast_work`.
+    #[pin]
+    mcast: McastGroups,
+    #[pin]
+    mcast_work: Work<UdPort, 2>,
     napi: NapiHandle,
     /// Whether the port passes traffic, as last queried or reported by a port event. Kept
     /// here because querying a RoCE port takes RTNL, which `open` already holds.
@@ -106,12 +110,17 @@ impl UdPort {
         let ib_mtu = attr.active_mtu().ok_or(ENODEV)?.bytes();
         let mtu = ib_mtu - ENCAP_HEADER_LEN as u32;
         let gid = wire::Gid(device.query_gid(port, GID_INDEX)?.0);
-        let pd = ProtectionDomain::new(device, OWNER)?;
+        let pd = ProtectionDomain::new(device, crate::OWNER)?;
         let events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
-        let send_cq = CompletionQueue::new(device, SEND_RING + 1, 0, events.clone(), OWNER)?;
+        let send_cq = CompletionQueue::new(device, SEND_RING + 1, 0, events.clone(), crate::OWNER)?;
         // Receive connections complete here too, from the shared receive queue.
-        let recv_cq =
-            CompletionQueue::new(device, RECV_RING + ipoib_cm::SRQ_SIZE + 1, 0, events, OWNER)?;
+        let recv_cq = CompletionQueue::new(
+            device,
+            RECV_RING + ipoib_cm::SRQ_SIZE + 1,
+            0,
+            events,
+            crate::OWNER,
+        )?;
         let caps = QpCaps {
             max_send_wr: SEND_RING,
             max_recv_wr: RECV_RING,
@@ -125,7 +134,7 @@ impl UdPort {
             recv_cq.clone(),
             None,
             caps,
-            OWNER,
+            crate::OWNER,
         )?;
         qp.ready(port, 0, wire::DEFAULT_QKEY)?;
         let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
@@ -209,6 +218,7 @@ impl UdPort {
             pending.push(None, GFP_KERNEL)?;
         }
         let device = device.get_ref()?;
+        let mcast = McastGroups::new()?;
         Arc::pin_init(
             pin_init!(Self {
                 device,
@@ -231,6 +241,8 @@ impl UdPort {
                 pending <- new_spinlock_bh!(pending, "UdPort::pending"),
                 pending_count: AtomicUsize::new(0),
                 resolve_work <- new_work!("UdPort::resolve_work"),
+                mcast <- mcast,
+                mcast_work <- new_work!("UdPort::mcast_work"),
                 napi: napi.clone(),
             }),
             GFP_KERNEL,
@@ -257,20 +269,17 @@ impl UdPort {
                 return;
             }
         }
-        let ah = if dest.is_multicast() {
-            if dest.gid() != this.broadcast.gid() {
-                // Only the broadcast group is joined so far; other groups are dropped.
-                bump(&c.tx_dropped, 1);
-                return;
-            }
+        let ah = if dest.gid() == this.broadcast.gid() {
             this.bcast_ah.clone()
         } else {
+            // Unicast, or a multicast group sent to without joining (RoCE needs no join to
+            // send): an address handle per GID, made in process context.
             let found = this.neigh.lock().get(&dest.gid().0);
             match found {
                 Some(ah) => ah,
                 None => {
                     this.hold_for_resolution(dest.gid(), skb);
-                    let _ = workqueue::system().enqueue(Arc::<Self>::from(this));
+                    let _ = workqueue::system().enqueue::<_, 0>(Arc::<Self>::from(this));
                     return;
                 }
             }
@@ -305,19 +314,11 @@ impl UdPort {
             bump(&c.tx_dropped, 1);
             return;
         }
-        let Some(mut buf) = self.buffers.take(dev) else {
+        let n = len as usize;
+        let Some(buf) = self.buffers.load(&skb, n, dev) else {
             bump(&c.tx_dropped, 1);
             return;
         };
-        let n = len as usize;
-        if skb
-            .copy_bits(HWADDR_LEN as u32, &mut buf.as_mut_slice()[..n])
-            .is_err()
-        {
-            self.return_buffer(buf);
-            bump(&c.tx_dropped, 1);
-            return;
-        }
         skb.consume();
         match self
             .qp
@@ -391,7 +392,13 @@ impl UdPort {
             if wanted[..i].contains(&Some(*gid)) || self.neigh.lock().get(&gid.0).is_some() {
                 continue;
             }
-            let attr = AhAttr::roce(self.port, GID_INDEX as u8, &rdma_gid(gid), 64, [0; 6]);
+            // Multicast stays on the link; a unicast MAC is resolved when the handle is made.
+            let (hops, dmac) = if gid.is_multicast() {
+                (1, wire::multicast_mac(gid))
+            } else {
+                (64, [0; 6])
+            };
+            let attr = AhAttr::roce(self.port, GID_INDEX as u8, &rdma_gid(gid), hops, dmac);
             let made = AddressHandle::new(&self.pd, &attr)
                 .and_then(|ah| self.neigh.lock().insert(gid.0, ah));
             if made.is_err() {
@@ -605,9 +612,83 @@ impl UdPort {
         }
     }
 
+    /// Takes the multicast list in (atomic context): its groups are joined and left by the
+    /// multicast work item. The broadcast group is always joined.
+    pub(crate) fn set_multicast_list(this: ArcBorrow<'_, Self>, dev: &NetDevice, mc: &McAddrs<'_>) {
+        let mut groups = [wire::Gid::default(); crate::mcast::MAX_GROUPS + 1];
+        let mut n = 0;
+        let mut extra = 0;
+        mc.for_each(|addr| {
+            let Ok(a) = HwAddr::from_bytes(addr) else {
+                return;
+            };
+            if a.gid() == this.broadcast.gid() || !a.is_multicast() {
+                return;
+            }
+            match groups.get_mut(n) {
+                Some(slot) => {
+                    *slot = a.gid();
+                    n += 1;
+                }
+                None => extra += 1,
+            }
+        });
+        let excess = this.mcast.set_wanted(groups[..n].iter().copied(), || {
+            let _ = workqueue::system().enqueue::<_, 2>(Arc::<Self>::from(this));
+        }) + extra;
+        if excess > 0 {
+            pr_warn!(
+                "{}: {} multicast groups beyond {} not joined\n",
+                dev.name(),
+                excess,
+                crate::mcast::MAX_GROUPS
+            );
+        }
+    }
+
+    /// Joins and leaves groups as the multicast list asks (process context).
+    fn sync_multicast(&self) {
+        let ndev = match self.device.netdev(self.port) {
+            Ok(ndev) => ndev,
+            Err(e) => {
+                pr_warn!(
+                    "{} port {}: no Ethernet device for multicast ({:?})\n",
+                    self.device.name(),
+                    self.port,
+                    e
+                );
+                return;
+            }
+        };
+        let failed = self.mcast.sync(
+            |mgid| {
+                self.qp.attach_mcast(&rdma_gid(mgid), 0)?;
+                match Ipv6McMembership::join(&ndev, &mgid.0) {
+                    Ok(member) => Ok(Joined::new(*mgid, member)),
+                    Err(e) => {
+                        let _ = self.qp.detach_mcast(&rdma_gid(mgid), 0);
+                        Err(e)
+                    }
+                }
+            },
+            |mgid| {
+                let _ = self.qp.detach_mcast(&rdma_gid(mgid), 0);
+            },
+        );
+        if failed > 0 {
+            pr_warn!(
+                "{} port {}: {} multicast joins failed\n",
+                self.device.name(),
+                self.port,
+                failed
+            );
+        }
+    }
+
     /// The interface comes up: completions armed, connections accepted.
     pub(crate) fn start(&self) -> Result {
         self.arm();
+        self.mcast.open();
         if let Some(cm) = &self.cm {
             cm.start()?;
         }
@@ -617,6 +698,11 @@ impl UdPort {
     /// The interface goes down: held packets dropped, connections destroyed, and no work
     /// left running.
     pub(crate) fn stop(&self) {
+        self.mcast.close();
+        self.mcast_work.flush();
+        self.mcast.leave_all(|mgid| {
+            let _ = self.qp.detach_mcast(&rdma_gid(mgid), 0);
+        });
         self.drop_pending();
         if let Some(cm) = &self.cm {
             cm.stop();
@@ -635,6 +721,18 @@ impl WorkItem for UdPort {
 
     fn run(this: Arc<UdPort>) {
         this.resolve();
+    }
+}
+
+impl_has_work! {
+    impl HasWork<Self, 2> for UdPort { self.mcast_work }
+}
+
+impl WorkItem<2> for UdPort {
+    type Pointer = Arc<UdPort>;
+
+    fn run(this: Arc<UdPort>) {
+        this.sync_multicast();
     }
 }
 

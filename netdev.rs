@@ -11,7 +11,7 @@ use core::fmt::Write;
 use kernel::{
     c_str,
     net::{
-        dev::{NetDevice, Operations, Setup, Stats64, TxResult},
+        dev::{McAddrs, NetDevice, Operations, Setup, Stats64, TxResult},
         dev_attr::{Attribute, AttributeText},
         link::{attr_size, LinkAttributes, LinkInfo},
         napi::Napi,
@@ -123,6 +123,10 @@ impl Operations for IpoibNetdev {
 
     fn napi_poll(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, napi: &Napi, budget: u32) -> u32 {
         port.poll(napi, budget)
+    }
+
+    fn set_rx_mode(dev: &NetDevice, port: ArcBorrow<'_, UdPort>, mc: &McAddrs<'_>) {
+        UdPort::set_multicast_list(port, dev, mc);
     }
 
     fn get_stats64(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, stats: &mut Stats64) {

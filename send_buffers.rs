@@ -5,8 +5,9 @@
 //! last one is taken and wakes when completions return some, so no send queue and no
 //! completion queue can overflow.
 
+use crate::wire::HWADDR_LEN;
 use kernel::{
-    net::dev::NetDevice,
+    net::{dev::NetDevice, skb::SkBuff},
     new_spinlock_bh,
     prelude::*,
     rdma::{
@@ -62,6 +63,23 @@ impl SendBuffers {
             dev.stop_queue();
         }
         buf
+    }
+
+    /// Takes an idle buffer and copies into it the message `skb` carries: its `len` bytes
+    /// after the pseudo header. `None` when no buffer is idle or `skb` is shorter (the
+    /// buffer then stays in the pool).
+    pub(crate) fn load(&self, skb: &SkBuff, len: usize, dev: &NetDevice) -> Option<DmaBuffer> {
+        let mut buf = self.take(dev)?;
+        let copied = buf
+            .as_mut_slice()
+            .get_mut(..len)
+            .map(|dst| skb.copy_bits(HWADDR_LEN as u32, dst));
+        if let Some(Ok(())) = copied {
+            Some(buf)
+        } else {
+            self.give(buf);
+            None
+        }
     }
 
     /// Whether a buffer is idle.

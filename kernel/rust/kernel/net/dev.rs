@@ -258,6 +258,34 @@ impl Stats64 {
     }
 }
 
+/// The multicast hardware addresses of a device (`dev->mc`), readable while the core holds
+/// the device's address lock, as in [`Operations::set_rx_mode`].
+pub struct McAddrs<'a> {
+    dev: &'a NetDevice,
+}
+
+impl McAddrs<'_> {
+    /// Calls `f` with each address (`addr_len` bytes each).
+    pub fn for_each(&self, mut f: impl FnMut(&[u8])) {
+        let raw = self.dev.as_raw();
+        let len = self.dev.addr_len();
+        // SAFETY: The address list is locked for our lifetime (type invariant of the
+        // callback that made us); its nodes are `netdev_hw_addr` entries linked by `list`,
+        // each holding at least `addr_len` address bytes.
+        unsafe {
+            let head = core::ptr::addr_of_mut!((*raw).mc.list);
+            let mut node = (*head).next;
+            while node != head {
+                let ha = crate::container_of!(node, bindings::netdev_hw_addr, list);
+                if let Some(addr) = (*ha).addr.get(..len) {
+                    f(addr);
+                }
+                node = (*node).next;
+            }
+        }
+    }
+}
+
 /// What `start_xmit` did with a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TxResult {
@@ -374,6 +402,17 @@ pub trait Operations: Sized + 'static {
         Ok(())
     }
 
+    /// The multicast address list or the flags changed (`ndo_set_rx_mode`). Runs in atomic
+    /// context with the address lists locked: copy what is needed from `mc` and finish in
+    /// process context.
+    fn set_rx_mode(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _mc: &McAddrs<'_>,
+    ) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
     /// Fills the interface counters.
     fn get_stats64(
         _dev: &NetDevice,
@@ -398,6 +437,11 @@ impl<T: Operations> Adapter<T> {
         },
         ndo_get_stats64: if T::HAS_GET_STATS64 {
             Some(Self::get_stats64_callback)
+        } else {
+            None
+        },
+        ndo_set_rx_mode: if T::HAS_SET_RX_MODE {
+            Some(Self::set_rx_mode_callback)
         } else {
             None
         },
@@ -582,6 +626,17 @@ impl<T: Operations> Adapter<T> {
             unsafe { core::ptr::write_volatile(&mut (*dev).mtu, mtu) };
             Ok(0)
         })
+    }
+
+    /// # Safety
+    ///
+    /// As for `open_callback`; the core holds the device's address lock (`netif_addr_lock`).
+    unsafe extern "C" fn set_rx_mode_callback(dev: *mut bindings::net_device) {
+        // SAFETY: The core passes a valid registered device of ours, with its address lists
+        // locked for the call.
+        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+        let mc = McAddrs { dev: ndev };
+        T::set_rx_mode(ndev, data, &mc);
     }
 
     /// # Safety

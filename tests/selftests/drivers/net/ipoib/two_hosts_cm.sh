@@ -14,7 +14,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 17
+ktap_set_plan 18
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -24,8 +24,8 @@ ipoib_check "$role: peer $peer answers ping" wait_for 60 ping -c 1 -W 1 "$peer"
 ipoib_check "$role: modprobe $MODULE" modprobe "$MODULE"
 
 case "$role" in
-server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
-*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
+server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ib6_local=2001:db8:1::1 ib6_peer=2001:db8:1::2 ;;
+*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ib6_local=2001:db8:1::2 ib6_peer=2001:db8:1::1 ;;
 esac
 # The address offers connected mode (flags byte 0x80) and the mode is connected.
 cm_offered() {
@@ -67,6 +67,15 @@ big_pings() {
 	[ "$before" = "$after" ]
 }
 ipoib_check "$role: 60000-byte pings over ib0, unfragmented" big_pings
+# IPv6 (MTU 65520 allows it): neighbour discovery through the solicited-node multicast
+# groups ib0 joins from its multicast list, then pings, small and large, both ways.
+ipv6_pings() {
+	ip -6 addr add "$ib6_local/64" dev ib0 nodad || return 1
+	ip -6 addr show dev ib0
+	wait_for 60 ping -6 -c 1 -W 2 "$ib6_peer" || { ip -6 neigh show dev ib0; return 1; }
+	ping -6 -c 2 -W 5 -s 30000 "$ib6_peer" && ip -6 neigh show dev ib0
+}
+ipoib_check "$role: IPv6 over ib0: neighbour discovery by multicast, pings both ways" ipv6_pings
 # Each direction has its own connection: ours to the peer and the peer's to us.
 rc_qps() {
 	rdma res show qp type RC

@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Connected mode, transmit side: the connection we open to a peer on the first packet for
+//! it, set up by the port's work item (own send CQ, RC queue pair on the shared receive
+//! queue, REQ), packets held until the REP and then sent in order from NAPI, torn down on
+//! any failure so that the next packet starts over.
+
+use crate::{
+    cq::TxCqEvents,
+    ipoib_cm::CmPort,
+    send_buffers::SendBuffers,
+    stats::bump,
+    wire::{self, CmPrivateData, HwAddr, CM_MTU, HWADDR_LEN},
+};
+use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::{
+    net::{dev::NetDevice, skb::SkBuff},
+    new_spinlock_bh,
+    prelude::*,
+    rdma::{
+        cm::{self, CmId, CmIdRef, Event, GidAttr, Handler, PathRecord, QpState, ReqParams},
+        cq::{CompletionQueue, WcStatus, WorkCompletion},
+        device::Gid,
+        qp::QueuePair,
+    },
+    sync::{Arc, SpinLockBh},
+};
+
+/// Packets a transmit connection holds while it is being set up.
+const HELD_MAX: usize = 32;
+/// The GID table entry our connections start from, as for datagram mode.
+const GID_INDEX: u32 = 0;
+/// Completions handled per CQ poll call.
+const POLL_BATCH: usize = 16;
+
+/// Packets waiting, in order, for a connection to be established.
+pub(crate) struct Held {
+    slots: KVec<Option<SkBuff>>,
+    head: usize,
+    len: usize,
+}
+
+impl Held {
+    fn new() -> Result<Self> {
+        let mut slots = KVec::with_capacity(HELD_MAX, GFP_ATOMIC)?;
+        for _ in 0..HELD_MAX {
+            slots.push(None, GFP_ATOMIC)?;
+        }
+        Ok(Self {
+            slots,
+            head: 0,
+            len: 0,
+        })
+    }
+
+    /// Appends `skb`; gives it back when full.
+    fn push(&mut self, skb: SkBuff) -> core::result::Result<(), SkBuff> {
+        if self.len == HELD_MAX {
+            return Err(skb);
+        }
+        self.slots[(self.head + self.len) % HELD_MAX] = Some(skb);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The oldest packet.
+    fn pop(&mut self) -> Option<SkBuff> {
+        let skb = self.slots[self.head].take()?;
+        self.head = (self.head + 1) % HELD_MAX;
+        self.len -= 1;
+        Some(skb)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Drops every packet; returns how many went.
+    pub(crate) fn clear(&mut self) -> u64 {
+        let n = self.len as u64;
+        while self.pop().is_some() {}
+        n
+    }
+}
+
+/// Where a transmit connection is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TxPhase {
+    /// Made by the first packet; the work item sets it up.
+    New,
+    /// REQ sent, waiting for the REP.
+    Connecting,
+    /// Established: packets go out.
+    Live,
+    /// Failed or closed: the work item destroys it; the next packet makes a new one.
+    Dead,
+}
+
+/// A transmit connection's queue pair with its own send CQ.
+///
+/// Dropped in process context only: NAPI reaches it under the connection's state lock and
+/// never holds a reference of its own.
+pub(crate) struct TxLink {
+    qp: Pin<KBox<QueuePair>>,
+    cq: Arc<CompletionQueue<TxCqEvents>>,
+    buffers: Arc<SendBuffers>,
+}
+
+impl Drop for TxLink {
+    fn drop(&mut self) {
+        // Sends still in flight lose their buffers with the queue pair: replace them, or the
+        // interface would run out.
+        let lost = self.qp.sends_in_flight();
+        if lost > 0 {
+            if let Err(e) = self.buffers.replace_lost(lost) {
+                pr_warn!("{} send buffers not replaced ({:?})\n", lost, e);
+            }
+            self.cq.handler().kick();
+        }
+    }
+}
+
+pub(crate) struct TxState {
+    pub(crate) phase: TxPhase,
+    pub(crate) held: Held,
+    /// Present from set-up until the work item destroys the connection. NAPI reaches it
+    /// only under this lock and never clones it, so the last reference goes in process
+    /// context.
+    pub(crate) link: Option<Arc<TxLink>>,
+}
+
+impl TxState {
+    /// Whether NAPI has work here: completions, or held packets of an established
+    /// connection (held back when the send buffers ran out).
+    pub(crate) fn needs_poll(&self) -> bool {
+        self.link.as_ref().is_some_and(|l| l.cq.handler().fired())
+            || (self.phase == TxPhase::Live && !self.held.is_empty())
+    }
+}
+
+/// A connection we send over, to one peer.
+#[pin_data]
+pub(crate) struct TxConnection {
+    pub(crate) dest: HwAddr,
+    port: Arc<CmPort>,
+    #[pin]
+    pub(crate) state: SpinLockBh<TxState>,
+    /// The largest payload the peer receives, from its REP.
+    mtu: AtomicU32,
+}
+
+impl TxConnection {
+    pub(crate) fn new(port: Arc<CmPort>, dest: HwAddr) -> Result<Arc<Self>> {
+        let held = Held::new()?;
+        Arc::pin_init(
+            pin_init!(Self {
+                dest,
+                port,
+                state <- new_spinlock_bh!(
+                    TxState {
+                        phase: TxPhase::New,
+                        held,
+                        link: None,
+                    },
+                    "TxConnection::state"
+                ),
+                mtu: AtomicU32::new(0),
+            }),
+            GFP_ATOMIC,
+        )
+    }
+
+    pub(crate) fn phase(&self) -> TxPhase {
+        self.state.lock().phase
+    }
+
+    /// Sends `skb` (pseudo header first) now if established and nothing waits before it,
+    /// else holds it for the connection.
+    pub(crate) fn xmit(&self, skb: SkBuff, dev: &NetDevice) {
+        let c = &self.port.counters;
+        let mut s = self.state.lock();
+        match s.phase {
+            TxPhase::Live if s.held.is_empty() => self.post(&s, skb, dev),
+            TxPhase::New | TxPhase::Connecting | TxPhase::Live => {
+                if s.held.push(skb).is_err() {
+                    bump(&c.tx_dropped, 1);
+                }
+                if s.phase == TxPhase::Live {
+                    // Packets wait behind others: have NAPI send them in order.
+                    if let Some(link) = s.link.as_ref() {
+                        link.cq.handler().kick();
+                    }
+                }
+            }
+            TxPhase::Dead => bump(&c.tx_dropped, 1),
+        }
+    }
+
+    /// Posts `skb` on the established connection; called with the state lock held, which
+    /// keeps packets in order.
+    fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice) {
+        let c = &self.port.counters;
+        let Some(link) = s.link.as_ref() else {
+            bump(&c.tx_dropped, 1);
+            return;
+        };
+        let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
+            bump(&c.tx_dropped, 1);
+            return;
+        };
+        let mtu = self.mtu.load(Ordering::Relaxed);
+        if len > mtu + wire::ENCAP_HEADER_LEN as u32 || len as usize > self.port.buffers.size() {
+            // More than the peer takes: the stack learns its MTU, as from a router.
+            let _ = skb.report_too_big(mtu);
+            bump(&c.tx_dropped, 1);
+            return;
+        }
+        let n = len as usize;
+        let Some(buf) = self.port.buffers.load(&skb, n, dev) else {
+            bump(&c.tx_dropped, 1);
+            return;
+        };
+        skb.consume();
+        match link.qp.post_send(buf, n) {
+            Ok(()) => {
+                bump(&c.tx_packets, 1);
+                bump(&c.tx_bytes, u64::from(len));
+            }
+            Err((_, buf)) => {
+                self.port.buffers.give(buf);
+                bump(&c.tx_errors, 1);
+            }
+        }
+    }
+
+    /// Sets the connection up (process context): its CQ and RC queue pair, then the REQ.
+    pub(crate) fn connect(self: &Arc<Self>) -> Result<CmId<TxConnection>> {
+        let port = &self.port;
+        let events = Arc::new(TxCqEvents::new(port.napi.clone()), GFP_KERNEL)?;
+        let ring = crate::ipoib_ud::SEND_RING;
+        let cq = CompletionQueue::new(&port.device, ring + 1, 0, events, crate::OWNER)?;
+        let qp = port.new_rc_qp(cq.clone(), ring)?;
+        let sgid = GidAttr::get(&port.device, port.port, GID_INDEX)?;
+        let path =
+            PathRecord::roce_v2_link_local(&sgid.gid(), &Gid(self.dest.gid().0), port.path_mtu)?;
+        let link = Arc::new(
+            TxLink {
+                qp,
+                cq,
+                buffers: port.buffers.clone(),
+            },
+            GFP_KERNEL,
+        )?;
+        let id = CmId::new(&port.device, self.clone())?;
+        {
+            // The REP may come back before `send_req` returns: be ready for it.
+            let mut s = self.state.lock();
+            if s.phase != TxPhase::New {
+                return Err(EAGAIN);
+            }
+            s.phase = TxPhase::Connecting;
+            s.link = Some(link.clone());
+        }
+        let private = port.private_data();
+        id.id().send_req(
+            &link.qp,
+            &ReqParams {
+                path: &path,
+                sgid_attr: &sgid,
+                service_id: wire::cm_service_id(self.dest.qpn()),
+                private_data: &private,
+                srq: true,
+                responder_resources: 4,
+                // The C driver asks for no retries, which suits lossless InfiniBand; RoCE
+                // may drop packets (rxe does under load), so retry as often as allowed.
+                // Only our own queue pair is affected: peers see no difference.
+                retry_count: 7,
+                rnr_retry_count: 7,
+                max_cm_retries: 15,
+            },
+        )?;
+        Ok(id)
+    }
+
+    /// The peer accepted: move the queue pair to RTS, confirm, and let NAPI send what waits.
+    fn established(&self, id: &CmIdRef, private_data: &[u8]) -> Result {
+        let peer = CmPrivateData::parse(private_data).map_err(|_| EINVAL)?;
+        let mtu = peer.payload_mtu().ok_or(EINVAL)?.min(CM_MTU);
+        let link = self.state.lock().link.clone().ok_or(EAGAIN)?;
+        id.modify_qp(&link.qp, QpState::Rtr)?;
+        id.modify_qp(&link.qp, QpState::Rts)?;
+        self.mtu.store(mtu, Ordering::Relaxed);
+        id.send_rtu()?;
+        {
+            let mut s = self.state.lock();
+            if s.phase == TxPhase::Connecting {
+                s.phase = TxPhase::Live;
+            }
+        }
+        link.cq.handler().kick();
+        Ok(())
+    }
+
+    /// Takes the queue pair out (process context), so that it is destroyed here.
+    pub(crate) fn unlink(&self) -> Option<Arc<TxLink>> {
+        let mut s = self.state.lock();
+        s.phase = TxPhase::Dead;
+        let dropped = s.held.clear();
+        bump(&self.port.counters.tx_dropped, dropped);
+        s.link.take()
+    }
+
+    /// Marks the connection dead and has the work item destroy it.
+    fn fail(&self) {
+        let dropped = {
+            let mut s = self.state.lock();
+            s.phase = TxPhase::Dead;
+            s.held.clear()
+        };
+        bump(&self.port.counters.tx_dropped, dropped);
+        self.port.schedule_work();
+    }
+
+    /// NAPI: reaps send completions and sends held packets once established. Returns whether
+    /// the CQ needs another round.
+    pub(crate) fn poll(&self, dev: &NetDevice) -> bool {
+        let mut s = self.state.lock();
+        let mut failed = false;
+        let mut again = false;
+        if let Some(link) = s.link.as_ref() {
+            if link.cq.handler().take() {
+                loop {
+                    let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
+                    let n = link.cq.poll(&mut wcs).unwrap_or(0);
+                    for wc in &wcs[..n] {
+                        if let Some(buf) = link.qp.complete_send(wc) {
+                            self.port.buffers.give(buf);
+                        }
+                        match wc.status() {
+                            WcStatus::Success | WcStatus::Flushed => {}
+                            WcStatus::Error(status) => {
+                                bump(&self.port.counters.tx_errors, 1);
+                                if !failed {
+                                    pr_info!(
+                                        "{} port {}: connection to {} failed (send status {})\n",
+                                        self.port.name(),
+                                        self.port.port,
+                                        self.dest,
+                                        status
+                                    );
+                                }
+                                failed = true;
+                            }
+                        }
+                    }
+                    if n < POLL_BATCH {
+                        break;
+                    }
+                }
+                again = link.cq.request_notify().unwrap_or(true);
+                if again {
+                    link.cq.handler().kick();
+                }
+            }
+        }
+        while s.phase == TxPhase::Live && !s.held.is_empty() && self.port.buffers.any_idle() {
+            if let Some(skb) = s.held.pop() {
+                self.post(&s, skb, dev);
+            }
+        }
+        drop(s);
+        if failed {
+            self.fail();
+        }
+        again
+    }
+}
+
+impl Handler for TxConnection {
+    fn event(&self, id: &CmIdRef, event: Event<'_>) {
+        match event {
+            Event::RepReceived { private_data, .. } => {
+                if let Err(e) = self.established(id, private_data) {
+                    pr_info!(
+                        "{} port {}: connection to {} refused ({:?})\n",
+                        self.port.name(),
+                        self.port.port,
+                        self.dest,
+                        e
+                    );
+                    let _ = id.send_rej(cm::REJ_CONSUMER_DEFINED);
+                    self.fail();
+                }
+            }
+            Event::DreqReceived => {
+                let _ = id.send_drep();
+                self.fail();
+            }
+            Event::RejReceived { .. }
+            | Event::Timeout
+            | Event::DrepReceived
+            | Event::TimewaitExit => self.fail(),
+            Event::RtuReceived | Event::Other(_) => {}
+        }
+    }
+}
