@@ -237,7 +237,7 @@ impl TxConnection {
     pub(crate) fn connect(self: &Arc<Self>) -> Result<CmId<TxConnection>> {
         let port = &self.port;
         let events = Arc::new(TxCqEvents::new(port.napi.clone()), GFP_KERNEL)?;
-        let ring = crate::ipoib_ud::SEND_RING;
+        let ring = port.send_ring;
         let cq = CompletionQueue::new(&port.device, ring + 1, 0, events, crate::OWNER)?;
         let qp = port.new_rc_qp(cq.clone(), ring)?;
         let sgid = GidAttr::get(&port.device, port.port, GID_INDEX)?;

@@ -191,12 +191,17 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
     let napi = NapiHandle::new()?;
     let datapath = UdPort::new(device, port, &napi)?;
     let (mtu, max_mtu) = (datapath.mtu, datapath.mode_max_mtu());
+    // Packets the stack may queue for us: twice the send ring, as the C driver does.
+    let tx_queue_len = 2 * datapath.send_ring;
     let mut netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
         datapath.local.as_bytes(),
         datapath.clone(),
         Some(&napi),
-        |setup| setup.set_mtu(mtu, 68, max_mtu),
+        |setup| {
+            setup.set_tx_queue_len(tx_queue_len);
+            setup.set_mtu(mtu, 68, max_mtu)
+        },
     )?;
     netdev.set_link_kind(ctx.link_kind.clone());
     pr_info!(

@@ -47,8 +47,6 @@ use kernel::{
     },
 };
 
-/// Receive buffers in the shared receive queue, for all receive connections together.
-pub(crate) const SRQ_SIZE: u32 = 64;
 /// Pages of a receive buffer after its head: with the head, `CM_BUF_SIZE` bytes.
 const RX_PAGES: usize = CM_BUF_SIZE as usize / PAGE_SIZE;
 /// The head of a receive buffer: what is left of `CM_BUF_SIZE` after whole pages (4084
@@ -73,6 +71,8 @@ pub(crate) struct CmPort {
     local_qpn: u32,
     /// The path MTU of connections (the port's active MTU).
     pub(crate) path_mtu: Mtu,
+    /// Sends a transmit connection's queue pair and CQ take: all the send buffers.
+    pub(crate) send_ring: u32,
     pub(crate) pd: Arc<ProtectionDomain>,
     pub(crate) srq: Arc<SharedReceiveQueue<ScatterBuffer>>,
     /// The interface's receive CQ, shared with the UD queue pair.
@@ -119,14 +119,15 @@ impl CmPort {
         port: u32,
         local_qpn: u32,
         path_mtu: Mtu,
+        (send_ring, srq_size): (u32, u32),
         pd: &Arc<ProtectionDomain>,
         recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
         buffers: Arc<SendBuffers>,
         counters: Arc<Counters>,
         napi: &NapiHandle,
     ) -> Result<Arc<Self>> {
-        let srq = SharedReceiveQueue::new(pd, SRQ_SIZE, 1 + RX_PAGES as u32)?;
-        for _ in 0..SRQ_SIZE {
+        let srq = SharedReceiveQueue::new(pd, srq_size, 1 + RX_PAGES as u32)?;
+        for _ in 0..srq_size {
             let buf = ScatterBuffer::new(device, RX_HEAD, RX_PAGES, GFP_KERNEL)?;
             srq.post_recv(buf).map_err(|(e, _)| e)?;
         }
@@ -137,6 +138,7 @@ impl CmPort {
                 port,
                 local_qpn,
                 path_mtu,
+                send_ring,
                 pd: pd.clone(),
                 srq,
                 recv_cq,

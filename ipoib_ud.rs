@@ -5,7 +5,7 @@
 
 use crate::{
     cq::CqEvents,
-    ipoib_cm::{self, CmPort},
+    ipoib_cm::CmPort,
     mcast::{Joined, McastGroups},
     neigh::Neighbours,
     params, rx,
@@ -37,10 +37,6 @@ use kernel::{
     workqueue::{self, impl_has_work, new_work, Work, WorkItem},
 };
 
-/// Receive buffers kept posted.
-pub(crate) const RECV_RING: u32 = 128;
-/// Sends in flight at most; the queue stops when all are used.
-pub(crate) const SEND_RING: u32 = 64;
 /// Largest IB MTU: payloads of up to 4096 bytes after the GRH space.
 const MAX_IB_MTU: usize = 4096;
 /// Completions handled per CQ poll call.
@@ -58,6 +54,8 @@ pub(crate) struct UdPort {
     port: u32,
     /// Largest IPoIB payload (the IB MTU less the encapsulation header).
     pub(crate) mtu: u32,
+    /// Sends in flight at most.
+    pub(crate) send_ring: u32,
     /// Our hardware address: flags, UD QPN, GID.
     pub(crate) local: HwAddr,
     pub(crate) broadcast: HwAddr,
@@ -112,18 +110,15 @@ impl UdPort {
         let gid = wire::Gid(device.query_gid(port, GID_INDEX)?.0);
         let pd = ProtectionDomain::new(device, crate::OWNER)?;
         let events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
-        let send_cq = CompletionQueue::new(device, SEND_RING + 1, 0, events.clone(), crate::OWNER)?;
+        // Sends in flight at most (the queue stops when all are used), and receive buffers
+        // kept posted, on the UD queue pair and on the shared receive queue each.
+        let (send_ring, recv_ring) = (params::send_queue_size(), params::recv_queue_size());
+        let send_cq = CompletionQueue::new(device, send_ring + 1, 0, events.clone(), crate::OWNER)?;
         // Receive connections complete here too, from the shared receive queue.
-        let recv_cq = CompletionQueue::new(
-            device,
-            RECV_RING + ipoib_cm::SRQ_SIZE + 1,
-            0,
-            events,
-            crate::OWNER,
-        )?;
+        let recv_cq = CompletionQueue::new(device, 2 * recv_ring + 1, 0, events, crate::OWNER)?;
         let caps = QpCaps {
-            max_send_wr: SEND_RING,
-            max_recv_wr: RECV_RING,
+            max_send_wr: send_ring,
+            max_recv_wr: recv_ring,
             max_send_sge: 1,
             max_recv_sge: 1,
         };
@@ -144,13 +139,14 @@ impl UdPort {
         } else {
             ENCAP_HEADER_LEN + MAX_IB_MTU
         };
-        let buffers = SendBuffers::new(device, SEND_RING, buf_size)?;
+        let buffers = SendBuffers::new(device, send_ring, buf_size)?;
         let cm = if cm_capable {
             let made = CmPort::new(
                 device,
                 port,
                 qp.qp_num(),
                 attr.active_mtu().ok_or(ENODEV)?,
+                (send_ring, recv_ring),
                 &pd,
                 recv_cq.clone(),
                 buffers.clone(),
@@ -204,7 +200,7 @@ impl UdPort {
             ),
         )?;
 
-        for _ in 0..RECV_RING {
+        for _ in 0..recv_ring {
             let buf = DmaBuffer::new(
                 device,
                 UD_GRH_LEN + MAX_IB_MTU,
@@ -224,6 +220,7 @@ impl UdPort {
                 device,
                 port,
                 mtu,
+                send_ring,
                 local,
                 broadcast,
                 pd,

@@ -28,8 +28,6 @@ const IFF_BROADCAST: u32 = 0x2;
 const IFF_MULTICAST: u32 = 0x1000;
 /// The smallest MTU IPv4 works with.
 const MIN_MTU: u32 = 68;
-/// Packets the stack may queue for us: twice the send ring, as the C driver does.
-const TX_QUEUE_LEN: u32 = 2 * crate::ipoib_ud::SEND_RING;
 
 /// `/sys/class/net/ibN/mode`: `datagram` or `connected`, as in the C driver.
 const ATTR_MODE: usize = 0;
@@ -66,7 +64,9 @@ impl Operations for IpoibNetdev {
         dev.set_type(ARPHRD_INFINIBAND);
         dev.set_hard_header_len(HARD_HEADER_LEN as u16);
         dev.set_flags(IFF_BROADCAST | IFF_MULTICAST);
-        dev.set_tx_queue_len(TX_QUEUE_LEN);
+        // A queue length from `setup` keeps the device queued (a zero one would make it a
+        // queue-less device); the registration sets the real one, twice the send ring.
+        dev.set_tx_queue_len(2 * 64);
         // Packets too big for a peer are reported back through their route.
         dev.keep_dst();
         let bcast = HwAddr::broadcast(wire::DEFAULT_PKEY);

@@ -32,3 +32,33 @@ kernel::module_param!(
     512,
     "Close receive connections idle this many seconds (default 512, as the C driver)"
 );
+
+kernel::module_param!(
+    /// Send buffers of an interface.
+    pub(crate) SEND_QUEUE_SIZE,
+    "ib_ipoib",
+    "send_queue_size",
+    u32,
+    64,
+    "Sends in flight per interface, datagram and connected mode together (default 64, 16..1024)"
+);
+
+kernel::module_param!(
+    /// Receive buffers of the UD queue pair and of the shared receive queue.
+    pub(crate) RECV_QUEUE_SIZE,
+    "ib_ipoib",
+    "recv_queue_size",
+    u32,
+    128,
+    "Receive buffers of the UD queue pair and of the connections' shared queue (default 128, 16..4096)"
+);
+
+/// The send queue size in use: the parameter within its range.
+pub(crate) fn send_queue_size() -> u32 {
+    SEND_QUEUE_SIZE.get().clamp(16, 1024)
+}
+
+/// The receive queue size in use: the parameter within its range.
+pub(crate) fn recv_queue_size() -> u32 {
+    RECV_QUEUE_SIZE.get().clamp(16, 4096)
+}

@@ -52,7 +52,10 @@ ipoib_check "$role: ip link set ib0 type ipoib mode datagram|connected; ip -d li
 cm_up() {
 	ifconfig ib0 mtu 65520 && [ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] &&
 		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
-		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
+		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
+	# A real queue (not noqueue): a stopped device then holds packets instead of failing.
+	ip link show ib0
+	ip link show ib0 | grep -q "qdisc pfifo_fast .*qlen 128"
 }
 ipoib_check "$role: ib0 up with MTU 65520" cm_up
 ipoib_check "$role: ping $ib_peer over ib0" wait_for 60 ping -c 1 -W 1 "$ib_peer"
@@ -176,11 +179,15 @@ else
 		rmmod "$MODULE" || return 1
 		sleep 3
 		sysctl -qw net.ipv4.conf.default.arp_notify=1
-		# Idle receive connections are closed after 3 s from now on (see below).
-		modprobe "$MODULE" cm_stale_secs=3 && ifconfig ib0 mtu 65520 && ip addr add "$ib_local/24" dev ib0 &&
+		# Idle receive connections are closed after 3 s from now on (see below); smaller
+		# queues than the defaults carry the rest of the test.
+		modprobe "$MODULE" cm_stale_secs=3 send_queue_size=32 recv_queue_size=48 &&
+			[ "$(cat /sys/module/$MODULE/parameters/send_queue_size)" = 32 ] &&
+			[ "$(cat /sys/module/$MODULE/parameters/recv_queue_size)" = 48 ] &&
+			ip link show ib0 | grep -q "qlen 64" && ifconfig ib0 mtu 65520 && ip addr add "$ib_local/24" dev ib0 &&
 			ip link set ib0 up && wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
 	}
-	ipoib_check "$role: module removed under the client's stream and loaded again" reload_under_stream
+	ipoib_check "$role: module removed under the client's stream, loaded again with smaller queues" reload_under_stream
 fi
 # The server, reloaded with cm_stale_secs=3, closes the client's connection once idle; the
 # client's side goes with it, and the next packet connects again.
