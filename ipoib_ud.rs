@@ -326,7 +326,7 @@ impl UdPort {
                 bump(&c.tx_bytes, u64::from(len));
             }
             Err((_, buf)) => {
-                self.return_buffer(buf);
+                self.buffers.give(buf);
                 bump(&c.tx_errors, 1);
             }
         }
@@ -422,10 +422,6 @@ impl UdPort {
         self.pending_count.store(0, Ordering::Relaxed);
     }
 
-    fn return_buffer(&self, buf: DmaBuffer) {
-        self.buffers.give(buf);
-    }
-
     /// Hands one received datagram to the stack, or drops it.
     fn receive(&self, wc: &WorkCompletion, buf: &DmaBuffer, napi: &Napi) {
         let c = &self.counters;
@@ -463,7 +459,7 @@ impl UdPort {
                     if !matches!(wc.status(), WcStatus::Success | WcStatus::Flushed) {
                         bump(&self.counters.tx_errors, 1);
                     }
-                    self.return_buffer(buf);
+                    self.buffers.give(buf);
                 }
             }
             if n < POLL_BATCH {

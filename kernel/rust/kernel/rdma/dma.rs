@@ -110,28 +110,31 @@ impl DmaBuffer {
     /// Hands the bytes to the device (before posting).
     pub(crate) fn sync_for_device(&self) {
         // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
-        unsafe {
-            bindings::ib_dma_sync_single_for_device(
-                self.device.as_raw(),
-                self.addr,
-                self.buf.len(),
-                self.dir.as_raw(),
-            )
-        };
+        unsafe { sync(&self.device, self.addr, self.buf.len(), self.dir, true) };
     }
 
     /// Takes the bytes back for the CPU (after completion).
     pub(crate) fn sync_for_cpu(&self) {
         // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
-        unsafe {
-            bindings::ib_dma_sync_single_for_cpu(
-                self.device.as_raw(),
-                self.addr,
-                self.buf.len(),
-                self.dir.as_raw(),
-            )
-        };
+        unsafe { sync(&self.device, self.addr, self.buf.len(), self.dir, false) };
     }
+}
+
+/// Hands `len` bytes mapped at `addr` on `device` to the device (`to_device`) or back to the
+/// CPU.
+///
+/// # Safety
+///
+/// `addr` must be a live streaming mapping of at least `len` bytes for `dir` on `device`.
+unsafe fn sync(device: &DeviceRef, addr: u64, len: usize, dir: DmaDirection, to_device: bool) {
+    // SAFETY: The caller guarantees the mapping; the device is registered while referenced.
+    unsafe {
+        if to_device {
+            bindings::ib_dma_sync_single_for_device(device.as_raw(), addr, len, dir.as_raw())
+        } else {
+            bindings::ib_dma_sync_single_for_cpu(device.as_raw(), addr, len, dir.as_raw())
+        }
+    };
 }
 
 impl Drop for DmaBuffer {
@@ -221,11 +224,12 @@ impl DmaPage {
     pub(crate) fn sync_for_device(&self) {
         // SAFETY: By the type invariant `addr` maps a page from the device.
         unsafe {
-            bindings::ib_dma_sync_single_for_device(
-                self.device.as_raw(),
+            sync(
+                &self.device,
                 self.addr,
                 PAGE_SIZE,
-                DmaDirection::FromDevice.as_raw(),
+                DmaDirection::FromDevice,
+                true,
             )
         };
     }
@@ -233,11 +237,12 @@ impl DmaPage {
     pub(crate) fn sync_for_cpu(&self) {
         // SAFETY: By the type invariant `addr` maps a page from the device.
         unsafe {
-            bindings::ib_dma_sync_single_for_cpu(
-                self.device.as_raw(),
+            sync(
+                &self.device,
                 self.addr,
                 PAGE_SIZE,
-                DmaDirection::FromDevice.as_raw(),
+                DmaDirection::FromDevice,
+                false,
             )
         };
     }

@@ -107,3 +107,33 @@ port_logged() {
 	echo "$1" | grep -q "$want" || { echo "expected in the kernel log: $want"; return 1; }
 }
 port_removed_logged() { echo "$1" | grep -q "$MODULE: $2 port $3: removed"; }
+
+# Two-host helpers; the tests set role (server|client) and peer (the other host's eth0).
+
+# netperf_run HOST TEST "TEST-OPTIONS" LABEL: prints "NETPERF LABEL: figure unit".
+netperf_run() {
+	local out
+	out=$(timeout 90 netperf -H "$1" -t "$2" -l 5 -P 0 -- ${3:-} -o THROUGHPUT,THROUGHPUT_UNITS 2>&1) ||
+		{ echo "$out"; return 1; }
+	echo "$out" | tail -n 1 | awk -F, -v what="$4" 'NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = 1 } END { exit !ok }'
+}
+
+# no_rc_qps: the module holds no RC queue pair (no connection was made).
+no_rc_qps() {
+	rdma res show qp type RC
+	! rdma res show qp type RC | grep -q "comm \[$MODULE\]"
+}
+
+# frag_creates: IPv4 fragments this host made so far.
+frag_creates() { awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
+
+# finish_together SECONDS: the client tells the server (waiting up to SECONDS) that it is
+# done, so neither host tears down while the other still tests.
+SYNC_PORT=5001
+finish_together() {
+	if [ "$role" = server ]; then
+		timeout "$1" nc -l -p "$SYNC_PORT" </dev/null >/dev/null
+	else
+		wait_for 60 eval 'echo done >/dev/tcp/$peer/$SYNC_PORT'
+	fi
+}

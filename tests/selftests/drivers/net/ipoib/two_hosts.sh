@@ -5,7 +5,6 @@
 # client, IPOIB_LOCAL_IP and IPOIB_PEER_IP set; the client prints the raw RC bandwidth.
 . "$(dirname "$0")/lib.sh"
 
-SYNC_PORT=5001
 BW_PORT=18515
 
 ktap_print_header
@@ -87,13 +86,6 @@ ipoib_check "$role: full-MTU and fragmented pings over ib0" \
 
 # Throughput and latency over ib0, with TCP over the Ethernet link under it for comparison.
 # The figures are printed; nothing here judges their size.
-# netperf_run HOST TEST "TEST-OPTIONS" LABEL: prints "NETPERF LABEL: figure unit".
-netperf_run() {
-	local out
-	out=$(timeout 60 netperf -H "$1" -t "$2" -l 5 -P 0 -- ${3:-} -o THROUGHPUT,THROUGHPUT_UNITS 2>&1) ||
-		{ echo "$out"; return 1; }
-	echo "$out" | tail -n 1 | awk -F, -v what="$4" 'NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = 1 } END { exit !ok }'
-}
 if [ "$role" = server ]; then
 	# The daemon must not keep the runner's output pipes open (fds 3 and 4).
 	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
@@ -109,21 +101,9 @@ else
 fi
 ip -s link show ib0
 # Datagram mode sends unicast over the UD QP: no RC queue pair of the module exists.
-no_rc_qps() {
-	rdma res show qp type RC
-	! rdma res show qp type RC | grep -q "comm \[$MODULE\]"
-}
 ipoib_check "$role: datagram mode made no RC connection" no_rc_qps
 
-# Finish together: the client tells the server it is done, so neither tears down early.
-finish() {
-	if [ "$role" = server ]; then
-		timeout 180 nc -l -p "$SYNC_PORT" </dev/null >/dev/null
-	else
-		wait_for 60 eval 'echo done >/dev/tcp/$peer/$SYNC_PORT'
-	fi
-}
-finish || ktap_print_msg "peer did not finish in time"
+finish_together 180 || ktap_print_msg "peer did not finish in time"
 [ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
 rmmod "$MODULE"
 KLOG_MARK=$start_mark

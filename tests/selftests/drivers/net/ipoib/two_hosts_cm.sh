@@ -5,7 +5,6 @@
 # hosts with IPOIB_ROLE=server or client, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
 . "$(dirname "$0")/lib.sh"
 
-SYNC_PORT=5001
 DATA_PORT=5002
 RELOAD_PORT=5003
 
@@ -59,8 +58,6 @@ cm_up() {
 }
 ipoib_check "$role: ib0 up with MTU 65520" cm_up
 ipoib_check "$role: ping $ib_peer over ib0" wait_for 60 ping -c 1 -W 1 "$ib_peer"
-# frag_creates: IPv4 fragments this host made so far.
-frag_creates() { awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
 big_pings() {
 	local before after
 	before=$(frag_creates)
@@ -86,13 +83,6 @@ rc_qps() {
 }
 ipoib_check "$role: RC queue pairs of $MODULE on rxe0 (one per direction)" rc_qps
 
-# netperf_run HOST TEST "TEST-OPTIONS" LABEL: prints "NETPERF LABEL: figure unit".
-netperf_run() {
-	local out
-	out=$(timeout 90 netperf -H "$1" -t "$2" -l 5 -P 0 -- ${3:-} -o THROUGHPUT,THROUGHPUT_UNITS 2>&1) ||
-		{ echo "$out"; return 1; }
-	echo "$out" | tail -n 1 | awk -F, -v what="$4" 'NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = 1 } END { exit !ok }'
-}
 # A bulk transfer, checked end to end: the client sends, the server compares checksums.
 BULK=/tmp/bulk.bin
 if [ "$role" = server ]; then
@@ -210,14 +200,7 @@ else
 fi
 ip -s link show ib0
 
-finish() {
-	if [ "$role" = server ]; then
-		timeout 240 nc -l -p "$SYNC_PORT" </dev/null >/dev/null
-	else
-		wait_for 60 eval 'echo done >/dev/tcp/$peer/$SYNC_PORT'
-	fi
-}
-finish || ktap_print_msg "peer did not finish in time"
+finish_together 240 || ktap_print_msg "peer did not finish in time"
 [ "$role" = server ] && kill $(pidof netserver) $(pidof iperf3) 2>/dev/null
 rmmod "$MODULE"
 KLOG_MARK=$start_mark

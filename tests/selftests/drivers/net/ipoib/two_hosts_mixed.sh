@@ -9,7 +9,6 @@
 # IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
 . "$(dirname "$0")/lib.sh"
 
-SYNC_PORT=5001
 
 ktap_print_header
 if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
@@ -34,10 +33,6 @@ jumbo() {
 }
 ipoib_check "$role: Ethernet MTU 9000, RoCE MTU 4096" jumbo
 
-no_rc_qps() {
-	rdma res show qp type RC
-	! rdma res show qp type RC | grep -q "comm \[$MODULE\]"
-}
 
 if [ "$role" = server ]; then
 	ipoib_check "$role: modprobe $MODULE cm_enabled=0" modprobe "$MODULE" cm_enabled=0
@@ -72,7 +67,6 @@ if [ "$role" = server ]; then
 	ipoib_check "$role: netserver running" eval 'pidof netserver >/dev/null'
 	ipoib_skip "$role: path MTU checks" "the client makes them"
 else
-	frag_creates() { awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
 	# 6000 bytes fit the client's MTU but not the server's 4092: the first is refused with
 	# a local ICMP, the route learns MTU 4092, and the rest go out as IPv4 fragments.
 	pmtu_learnt() {
@@ -113,14 +107,7 @@ fi
 ipoib_check "$role: no RC connection made: the peer does not offer connected mode" no_rc_qps
 ip -s link show ib0
 
-finish() {
-	if [ "$role" = server ]; then
-		timeout 180 nc -l -p "$SYNC_PORT" </dev/null >/dev/null
-	else
-		wait_for 60 eval 'echo done >/dev/tcp/$peer/$SYNC_PORT'
-	fi
-}
-finish || ktap_print_msg "peer did not finish in time"
+finish_together 180 || ktap_print_msg "peer did not finish in time"
 [ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
 rmmod "$MODULE"
 ip link set eth0 mtu 1500
