@@ -2,35 +2,79 @@
 
 //! Connected mode, receive side: connections peers open to us through the port's listener.
 //! Their queue pairs take buffers from the shared receive queue and complete on the
-//! interface's receive CQ; a DREQ, a failure or idleness has the work item destroy them.
+//! interface's receive CQ. A DREQ, a failure or idleness closes one: its queue pair goes to
+//! the error state, and once the device reports that it took its last buffer from the
+//! shared queue (last WQE reached) the work item destroys it, so no buffer is lost with
+//! the queue pair mid-message.
 
 use crate::{
     ipoib_cm::{now_ms, CmPort},
     wire::CmPrivateData,
 };
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use kernel::{
     prelude::*,
     rbtree::{RBTreeNode, RBTreeNodeReservation},
     rdma::{
         cm::{self, CmIdRef, Event, Handler, ListenHandler, QpState, Request},
-        qp::QueuePair,
+        qp::{QpEvent, QpEventHandler, QueuePair},
     },
     sync::Arc,
 };
+
+/// Whether a receive connection's queue pair is done with the shared receive queue, as its
+/// last-WQE-reached event tells.
+pub(crate) struct RxDrain {
+    drained: AtomicBool,
+    port: Arc<CmPort>,
+}
+
+impl RxDrain {
+    pub(crate) fn drained(&self) -> bool {
+        self.drained.load(Ordering::Acquire)
+    }
+}
+
+impl QpEventHandler for RxDrain {
+    fn event(&self, event: QpEvent) {
+        // Devices repeat the event; the first one has the work item run.
+        if event == QpEvent::LastWqeReached && !self.drained.swap(true, Ordering::AcqRel) {
+            self.port.schedule_work();
+        }
+    }
+}
 
 /// A connection a peer opened to us: its queue pair receives from the shared receive queue.
 pub(crate) struct RxConnection {
     pub(crate) qp: Pin<KBox<QueuePair>>,
     pub(crate) port: Arc<CmPort>,
-    /// Closed or failed: the work item destroys it.
-    pub(crate) dead: AtomicBool,
+    pub(crate) drain: Arc<RxDrain>,
+    /// Closed or failed: the work item destroys it once drained.
+    dead: AtomicBool,
+    /// When it was closed (ms, monotonic).
+    closed_at: AtomicI64,
 }
 
 impl RxConnection {
-    fn close(&self) {
-        self.dead.store(true, Ordering::Release);
+    /// Stops the connection: its queue pair goes to the error state, which makes the device
+    /// report the last buffer it takes from the shared queue; the work item destroys it then.
+    pub(crate) fn close(&self) {
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            self.closed_at.store(now_ms(), Ordering::Release);
+            // Buffers this queue pair took come back flushed.
+            let _ = self.qp.set_error();
+        }
         self.port.schedule_work();
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// When it was closed, if it was.
+    pub(crate) fn closed_at(&self) -> Option<i64> {
+        self.is_dead()
+            .then(|| self.closed_at.load(Ordering::Acquire))
     }
 }
 
@@ -39,17 +83,12 @@ impl Handler for RxConnection {
         match event {
             Event::DreqReceived => {
                 let _ = id.send_drep();
-                // Buffers this queue pair took from the SRQ come back flushed.
-                let _ = self.qp.set_error();
                 self.close();
             }
             Event::RejReceived { .. }
             | Event::Timeout
             | Event::DrepReceived
-            | Event::TimewaitExit => {
-                let _ = self.qp.set_error();
-                self.close();
-            }
+            | Event::TimewaitExit => self.close(),
             Event::RtuReceived | Event::RepReceived { .. } | Event::Other(_) => {}
         }
     }
@@ -69,8 +108,15 @@ impl ListenHandler for CmListen {
         // The peer's data is only checked: it announces its UD QPN and receive size, which
         // matter for the connection it opens toward us, not for this one.
         CmPrivateData::parse(req.private_data()).map_err(|_| EINVAL)?;
+        let drain = Arc::new(
+            RxDrain {
+                drained: AtomicBool::new(false),
+                port: port.clone(),
+            },
+            GFP_KERNEL,
+        )?;
         // Nothing is sent, but a send queue must exist.
-        let qp = port.new_rc_qp(port.recv_cq.clone(), 1)?;
+        let qp = port.new_rc_qp(port.recv_cq.clone(), 1, Some(drain.clone()))?;
         let psn = cm::random_psn();
         req.id().modify_qp_for_rep(&qp, psn)?;
         req.id().modify_qp(&qp, QpState::Rts)?;
@@ -78,7 +124,9 @@ impl ListenHandler for CmListen {
             RxConnection {
                 qp,
                 port: port.clone(),
+                drain,
                 dead: AtomicBool::new(false),
+                closed_at: AtomicI64::new(0),
             },
             GFP_KERNEL,
         )?;
@@ -93,20 +141,18 @@ impl ListenHandler for CmListen {
         let private = port.private_data();
         // The requester retries forever when our shared receive queue runs dry, rather than
         // failing the connection (the C driver passes the REQ's count, 0, on).
-        if let Err(e) = id.id().send_rep(&conn.qp, psn, &private, true, 7) {
+        let replied = id.id().send_rep(&conn.qp, psn, &private, true, 7);
+        let old = rx.insert(node.into_node(key, id));
+        drop(rx);
+        drop(old);
+        if let Err(e) = replied {
             pr_info!(
                 "{} port {}: reply to a connection request failed ({:?})\n",
                 port.name(),
                 port.port,
                 e
             );
-            conn.dead.store(true, Ordering::Release);
-        }
-        let old = rx.insert(node.into_node(key, id));
-        drop(rx);
-        drop(old);
-        if conn.dead.load(Ordering::Acquire) {
-            port.schedule_work();
+            conn.close();
         }
         Ok(())
     }

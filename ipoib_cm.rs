@@ -21,6 +21,7 @@ use crate::{
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::{
+    delay,
     net::{
         dev::NetDevice,
         napi::{Napi, NapiHandle},
@@ -36,7 +37,7 @@ use kernel::{
         device::{Device, DeviceRef, Mtu},
         dma::{DmaPage, ScatterBuffer},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpType, QueuePair},
+        qp::{QpCaps, QpEventHandler, QpType, QueuePair},
         srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, Mutex, SpinLockBh},
@@ -52,6 +53,9 @@ const RX_PAGES: usize = CM_BUF_SIZE as usize / PAGE_SIZE;
 /// The head of a receive buffer: what is left of `CM_BUF_SIZE` after whole pages (4084
 /// bytes with 4 KiB pages, as in the C driver). It becomes the skb's linear part.
 const RX_HEAD: usize = CM_BUF_SIZE as usize % PAGE_SIZE;
+
+/// How long a closed receive connection may take to drain before it is destroyed anyway.
+const DRAIN_TIMEOUT_MS: i64 = 5000;
 
 /// Connections are keyed by the peer's address without its flags byte.
 type PeerKey = [u8; HWADDR_LEN];
@@ -172,11 +176,13 @@ impl CmPort {
     }
 
     /// A new RC queue pair on the shared receive queue, completing on `cq`, with room for
-    /// `send_wr` sends, in INIT: what both kinds of connection start from.
+    /// `send_wr` sends, reporting its events to `events`, in INIT: what both kinds of
+    /// connection start from.
     pub(crate) fn new_rc_qp(
         &self,
         cq: Arc<dyn RawCompletionQueue>,
         send_wr: u32,
+        events: Option<Arc<dyn QpEventHandler>>,
     ) -> Result<Pin<KBox<QueuePair>>> {
         let caps = QpCaps {
             max_send_wr: send_wr,
@@ -184,13 +190,14 @@ impl CmPort {
             max_send_sge: 1,
             max_recv_sge: 0,
         };
-        let qp = QueuePair::new(
+        let qp = QueuePair::with_events(
             QpType::Rc,
             &self.pd,
             cq.clone(),
             cq,
             Some(self.srq.clone()),
             caps,
+            events,
             crate::OWNER,
         )?;
         qp.init_rc(self.port, 0)?;
@@ -224,20 +231,20 @@ impl CmPort {
     }
 
     /// Closes the receive connections idle for longer than the stale time (the delayed work
-    /// item), then checks again later while the interface is up.
+    /// item), destroys closed ones that never drained, then checks again later while the
+    /// interface is up.
     fn reap_stale(self: &Arc<Self>) {
         let deadline = now_ms() - Self::stale_ms();
         let mut closed = 0u32;
-        {
-            let rx = self.rx.lock();
-            let seen = self.rx_seen.lock();
-            for id in rx.values() {
-                let conn = id.handler();
-                let idle = seen.get(&conn.qp.id()).map_or(true, |&t| t < deadline);
-                if idle && !conn.dead.swap(true, Ordering::AcqRel) {
-                    let _ = conn.qp.set_error();
-                    closed += 1;
-                }
+        for id in self.rx.lock().values() {
+            let conn = id.handler();
+            if conn.is_dead() {
+                continue;
+            }
+            let last = self.rx_seen.lock().get(&conn.qp.id()).copied();
+            if last.map_or(true, |t| t < deadline) {
+                conn.close();
+                closed += 1;
             }
         }
         if closed > 0 {
@@ -247,8 +254,8 @@ impl CmPort {
                 self.port,
                 closed
             );
-            self.destroy_connections(false);
         }
+        self.destroy_connections(false);
         if self.open.load(Ordering::Acquire) {
             self.schedule_stale_check();
         }
@@ -261,10 +268,29 @@ impl CmPort {
         drop(listener);
         // A run already under way may queue itself once more: flush until idle.
         while self.stale_work.flush() {}
+        self.drain_rx();
         self.destroy_connections(true);
         self.work.flush();
         // A run that was under way may have made a connection meanwhile.
         self.destroy_connections(true);
+    }
+
+    /// Closes every receive connection and waits, boundedly, until their queue pairs have
+    /// let go of the shared receive queue.
+    fn drain_rx(&self) {
+        for id in self.rx.lock().values() {
+            id.handler().close();
+        }
+        let start = now_ms();
+        while now_ms() - start < DRAIN_TIMEOUT_MS
+            && !self
+                .rx
+                .lock()
+                .values()
+                .all(|id| id.handler().drain.drained())
+        {
+            delay::msleep(10);
+        }
     }
 
     /// Closes every transmit connection (the interface left connected mode).
@@ -444,18 +470,37 @@ impl CmPort {
             drop(id);
             drop(conn.unlink());
         }
+        // Receive connections: once drained, or when draining takes too long.
+        let now = now_ms();
+        let due = |conn: &RxConnection| {
+            all || conn.drain.drained()
+                || conn.closed_at().is_some_and(|t| now - t > DRAIN_TIMEOUT_MS)
+        };
+        let mut undrained = 0u32;
         loop {
             let victim = {
                 let mut rx = self.rx.lock();
                 let key = rx
                     .iter()
-                    .find(|(_, id)| all || id.handler().dead.load(Ordering::Acquire))
+                    .find(|(_, id)| due(&id.handler()))
                     .map(|(k, _)| *k);
                 key.and_then(|k| rx.remove(&k))
             };
             let Some(id) = victim else { break };
-            self.rx_seen.lock().remove(&id.handler().qp.id());
+            let conn = id.handler();
+            if !conn.drain.drained() {
+                undrained += 1;
+            }
+            self.rx_seen.lock().remove(&conn.qp.id());
             drop(id);
+        }
+        if undrained > 0 {
+            pr_warn!(
+                "{} port {}: {} receive connection(s) destroyed before their queue pair drained\n",
+                self.name(),
+                self.port,
+                undrained
+            );
         }
     }
 }

@@ -24,7 +24,7 @@ logs=$OUT/logs/$run
 mkdir -p "$logs"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/setup.sh"
 
-TROUBLE='Oops|BUG:|WARNING:|Call Trace|circular locking|possible recursive locking|inconsistent lock state|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection fault|Kernel panic|refcount_t:|sleeping function called from invalid context|hung_task|soft lockup'
+TROUBLE='Oops|BUG:|WARNING:|Call Trace|circular locking|possible recursive locking|inconsistent lock state|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection fault|Kernel panic|refcount_t:|sleeping function called from invalid context|hung_task|soft lockup|before their queue pair drained'
 
 pids=()
 # start_guest NAME CMDLINE-EXTRA [QEMU-ARGS...]: boot a guest in the background.

@@ -22,7 +22,7 @@ use kernel::{
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
         qp::SharedQueue,
-        qp::{QpCaps, QpType, QueuePair},
+        qp::{QpCaps, QpEvent, QpEventHandler, QpType, QueuePair},
         srq::SharedReceiveQueue,
     },
     sync::{Arc, CondVar, Mutex},
@@ -201,6 +201,15 @@ fn wait(cq: &CompletionQueue<Waiter>, ms: i64) -> Option<WorkCompletion> {
     }
 }
 
+/// Queue pairs on the shared receive queue report their events to the passive side's waiter.
+impl QpEventHandler for Waiter {
+    fn event(&self, event: QpEvent) {
+        if event == QpEvent::LastWqeReached {
+            self.set(F_LAST_WQE);
+        }
+    }
+}
+
 impl Waiter {
     fn set(&self, flag: u32) {
         self.flags.fetch_or(flag, Ordering::SeqCst);
@@ -311,6 +320,7 @@ const F_DREQ: u32 = 4;
 const F_DREP: u32 = 8;
 const F_REJ: u32 = 16;
 const F_BAD: u32 = 32;
+const F_LAST_WQE: u32 = 64;
 
 /// One end of an RC connection: its queue pair and what its CM events told it.
 struct RcEnd {
@@ -333,13 +343,17 @@ impl RcEnd {
             max_send_sge: 1,
             max_recv_sge: 1,
         };
-        let qp = QueuePair::new(
+        let events = srq
+            .as_ref()
+            .map(|_| signal.clone() as Arc<dyn QpEventHandler>);
+        let qp = QueuePair::with_events(
             QpType::Rc,
             &ep.pd,
             ep.send_cq.clone(),
             ep.recv_cq.clone(),
             srq.clone().map(|s| s as Arc<dyn SharedQueue>),
             caps,
+            events,
             OWNER,
         )?;
         qp.init_rc(PORT, 0)?;
@@ -540,6 +554,19 @@ fn connected(report: &mut Report) -> Result {
         .and_then(|()| passive_signal.wait_flag(F_DREQ, 5000))
         .and_then(|()| active_signal.wait_flag(F_DREP, 5000));
     report.check("CM: DREQ answered by DREP", disconnect);
+
+    let drained = (|| {
+        if passive_signal.flags.load(Ordering::SeqCst) & F_LAST_WQE != 0 {
+            return Err(EINVAL);
+        }
+        let guard = passive.conn.lock();
+        guard.as_ref().ok_or(ENODEV)?.handler().qp.set_error()?;
+        passive_signal.wait_flag(F_LAST_WQE, 5000)
+    })();
+    report.check(
+        "QP events: an SRQ queue pair put in error reports last WQE reached",
+        drained,
+    );
 
     let rej_signal = waiter()?;
     let rejected = RcEnd::new(&a, rej_signal.clone(), None)?;

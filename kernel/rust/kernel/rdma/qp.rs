@@ -24,7 +24,7 @@ use crate::{
         code::{EINVAL, ENOSPC},
         from_err_ptr, to_result, Error, Result,
     },
-    ffi::c_int,
+    ffi::{c_int, c_void},
     new_spinlock_bh,
     prelude::*,
     str::CStr,
@@ -46,6 +46,60 @@ pub struct QpCaps {
     pub max_send_sge: u32,
     /// Scatter/gather entries per receive.
     pub max_recv_sge: u32,
+}
+
+/// An asynchronous event of one queue pair, as the device reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpEvent {
+    /// A queue pair on a shared receive queue, in the error state, will take no more
+    /// buffers from that queue: it may now be destroyed without losing one mid-message.
+    LastWqeReached,
+    /// A message arrived on a connection before its RTU (passive side).
+    CommEstablished,
+    /// The send queue finished draining.
+    SqDrained,
+    /// The queue pair failed and went to the error state.
+    Fatal,
+    /// A work request was invalid; the queue pair went to the error state.
+    RequestError,
+    /// A peer's request violated access rights; the queue pair went to the error state.
+    AccessError,
+    /// Any other event, with its raw code.
+    Other(u32),
+}
+
+impl QpEvent {
+    fn from_raw(event: bindings::ib_event_type) -> Self {
+        match event {
+            bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED => Self::LastWqeReached,
+            bindings::ib_event_type_IB_EVENT_COMM_EST => Self::CommEstablished,
+            bindings::ib_event_type_IB_EVENT_SQ_DRAINED => Self::SqDrained,
+            bindings::ib_event_type_IB_EVENT_QP_FATAL => Self::Fatal,
+            bindings::ib_event_type_IB_EVENT_QP_REQ_ERR => Self::RequestError,
+            bindings::ib_event_type_IB_EVENT_QP_ACCESS_ERR => Self::AccessError,
+            other => Self::Other(other),
+        }
+    }
+}
+
+/// Receives the asynchronous events of a queue pair.
+///
+/// Devices report these from any context, possibly with interrupts disabled and the same
+/// event more than once: implementations record what happened and must not sleep.
+pub trait QpEventHandler: Send + Sync {
+    /// `event` happened on the queue pair.
+    fn event(&self, event: QpEvent);
+}
+
+/// # Safety
+///
+/// Called by the core only, for a queue pair created by [`QueuePair::with_events`], with the
+/// context that function registered.
+unsafe extern "C" fn qp_event_callback(event: *mut bindings::ib_event, context: *mut c_void) {
+    // SAFETY: `context` is the boxed handler of a queue pair, freed only after the queue pair
+    // is destroyed, which ends the calls of this function; `event` is valid for the call.
+    let (handler, event) = unsafe { (&*context.cast::<Arc<dyn QpEventHandler>>(), &*event) };
+    handler.event(QpEvent::from_raw(event.event));
 }
 
 /// Numbers every queue pair of this kernel, so that a completion left in a shared CQ by a
@@ -247,7 +301,9 @@ impl<T> Slots<T> {
 /// # Invariants
 ///
 /// `qp` was returned by `ib_create_qp_kernel` in `pd` with `send_cq` and `recv_cq`, and is
-/// destroyed only in `drop`, before the buffers in `send` and `recv` are freed. Every `Some`
+/// destroyed only in `drop`, before the buffers in `send` and `recv` are freed and before
+/// `events` (if any: a `KBox` turned into a raw pointer, the context of the queue pair's
+/// event callback) is freed. Every `Some`
 /// slot holds the buffer of a work request posted with that slot's `wr_id` that has not
 /// been completed through this object.
 #[pin_data(PinnedDrop)]
@@ -261,6 +317,7 @@ pub struct QueuePair {
     recv: RecvRing<DmaBuffer>,
     pd: Arc<ProtectionDomain>,
     srq: Option<Arc<dyn SharedQueue>>,
+    events: Option<NonNull<Arc<dyn QpEventHandler>>>,
     _send_cq: Arc<dyn RawCompletionQueue>,
     _recv_cq: Arc<dyn RawCompletionQueue>,
 }
@@ -283,6 +340,37 @@ impl QueuePair {
         caps: QpCaps,
         owner: &'static CStr,
     ) -> Result<Pin<KBox<Self>>> {
+        Self::with_events(qp_type, pd, send_cq, recv_cq, srq, caps, None, owner)
+    }
+
+    /// As [`QueuePair::new`], with `events` receiving the queue pair's asynchronous events
+    /// until it is destroyed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_events(
+        qp_type: QpType,
+        pd: &Arc<ProtectionDomain>,
+        send_cq: Arc<dyn RawCompletionQueue>,
+        recv_cq: Arc<dyn RawCompletionQueue>,
+        srq: Option<Arc<dyn SharedQueue>>,
+        caps: QpCaps,
+        events: Option<Arc<dyn QpEventHandler>>,
+        owner: &'static CStr,
+    ) -> Result<Pin<KBox<Self>>> {
+        let events = match events {
+            Some(handler) => Some(KBox::new(handler, GFP_KERNEL)?),
+            None => None,
+        };
+        // Freed after the queue pair is destroyed: by `drop`, or below if set-up fails.
+        let events = events.map(|b| {
+            // SAFETY: `KBox::into_raw` never returns null.
+            unsafe { NonNull::new_unchecked(KBox::into_raw(b)) }
+        });
+        let free_events = |events: Option<NonNull<Arc<dyn QpEventHandler>>>| {
+            if let Some(p) = events {
+                // SAFETY: `p` came from `KBox::into_raw` above and no queue pair uses it.
+                drop(unsafe { KBox::from_raw(p.as_ptr()) });
+            }
+        };
         // SAFETY: All-zero is a valid `ib_qp_init_attr` (null pointers, zero sizes).
         let mut attr: bindings::ib_qp_init_attr = unsafe { core::mem::zeroed() };
         attr.send_cq = send_cq.as_raw();
@@ -302,14 +390,35 @@ impl QueuePair {
             QpType::Ud => bindings::ib_qp_type_IB_QPT_UD,
             QpType::Rc => bindings::ib_qp_type_IB_QPT_RC,
         };
-        let send = Slots::new(caps.max_send_wr)?;
-        let recv = RecvRing::new(if srq.is_some() { 0 } else { caps.max_recv_wr })?;
+        if let Some(p) = events {
+            attr.event_handler = Some(qp_event_callback);
+            attr.qp_context = p.as_ptr().cast();
+        }
+        let rings = Slots::new(caps.max_send_wr).and_then(|send| {
+            let recv = RecvRing::new(if srq.is_some() { 0 } else { caps.max_recv_wr })?;
+            Ok((send, recv))
+        });
+        let (send, recv) = match rings {
+            Ok(rings) => rings,
+            Err(e) => {
+                free_events(events);
+                return Err(e);
+            }
+        };
         // SAFETY: `pd`, both CQs and the SRQ are valid (we hold references, kept in the object);
-        // `attr` is valid for the call; `owner` is a static string.
-        let qp = from_err_ptr(unsafe {
+        // `attr` is valid for the call; `owner` is a static string; the event context lives
+        // until the queue pair is destroyed.
+        let created = from_err_ptr(unsafe {
             bindings::ib_create_qp_kernel(pd.as_raw(), &mut attr, owner.as_char_ptr())
-        })?;
-        let qp = NonNull::new(qp).ok_or(EINVAL)?;
+        })
+        .and_then(|qp| NonNull::new(qp).ok_or(EINVAL));
+        let qp = match created {
+            Ok(qp) => qp,
+            Err(e) => {
+                free_events(events);
+                return Err(e);
+            }
+        };
         let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
         let init = pin_init!(Self {
             qp,
@@ -319,6 +428,7 @@ impl QueuePair {
             recv <- recv,
             pd: pd.clone(),
             srq,
+            events,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
         });
@@ -328,6 +438,7 @@ impl QueuePair {
                 // SAFETY: `qp` was created above, nothing was posted to it, and it is not
                 // referenced anywhere else.
                 unsafe { bindings::ib_destroy_qp_user(qp.as_ptr(), core::ptr::null_mut()) };
+                free_events(events);
                 Err(e)
             }
         }
@@ -566,7 +677,13 @@ impl QueuePair {
 impl PinnedDrop for QueuePair {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: By the type invariant `qp` is valid and destroyed only here. The device
-        // stops accessing posted buffers, which are freed afterwards with the fields.
+        // stops accessing posted buffers, which are freed afterwards with the fields, and
+        // stops reporting events.
         unsafe { bindings::ib_destroy_qp_user(self.qp.as_ptr(), core::ptr::null_mut()) };
+        if let Some(p) = self.events {
+            // SAFETY: By the type invariant `p` came from `KBox::into_raw`; the queue pair that
+            // used it is gone and `drop` runs once.
+            drop(unsafe { KBox::from_raw(p.as_ptr()) });
+        }
     }
 }

@@ -33,7 +33,7 @@ klog_mark() { KLOG_MARK=$(dmesg | wc -l); }
 klog_since() { dmesg | tail -n +"$((KLOG_MARK + 1))"; }
 
 # Reports of kernel trouble; any of these in the log fails a test.
-KLOG_TROUBLE='WARNING:|BUG:|Oops|Call Trace|circular locking|possible recursive locking|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection|Kernel panic|refcount_t:'
+KLOG_TROUBLE='WARNING:|BUG:|Oops|Call Trace|circular locking|possible recursive locking|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection|Kernel panic|refcount_t:|inconsistent lock state|sleeping function called from invalid context|hung_task|soft lockup|before their queue pair drained'
 klog_clean_since() { ! klog_since | grep -E "$KLOG_TROUBLE"; }
 
 port_state() { cat "/sys/class/infiniband/$1/ports/$2/state" 2>/dev/null; }
