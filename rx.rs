@@ -20,8 +20,9 @@ const COPY_MAX: usize = 2048;
 /// the rest is copied into page fragments, so that only order-0 allocations are needed.
 const HEAD_LEN: usize = 256;
 
-/// Passes `msg` (the 4-byte IPoIB header, then the payload) up as a packet of `pkt_type`;
-/// drops it, counted, when its protocol is not one IPoIB carries or memory is short.
+/// Passes `msg` (the 4-byte IPoIB header, then the payload) up as a packet of `pkt_type`.
+/// A message shorter than the header is counted as an error; one whose protocol IPoIB does
+/// not carry, or that finds memory short, as dropped.
 pub(crate) fn deliver(msg: &[u8], pkt_type: PacketType, napi: &Napi, c: &Counters) {
     let linear = if msg.len() <= COPY_MAX {
         msg.len()
@@ -48,7 +49,7 @@ pub(crate) fn deliver_with(
     rest: impl FnOnce(&mut SkBuff) -> Result,
 ) {
     let Ok((header, _)) = EncapHeader::parse(head) else {
-        bump(&c.rx_dropped, 1);
+        bump(&c.rx_errors, 1);
         return;
     };
     if header.protocol().is_none() {

@@ -23,11 +23,17 @@ cp /bin/busybox "$root/bin/busybox"
 
 # copy_with_libs FILE: FILE at the same path plus every shared library it loads.
 copy_with_libs() {
-	local f=$1 lib
+	local f=$1
 	[ -e "$f" ] || die "$f missing: run scripts/setup.sh"
 	mkdir -p "$root$(dirname "$f")"
 	cp -L "$f" "$root$f"
-	for lib in $(ldd "$f" 2>/dev/null | grep -oE '/[^ ]+' | sort -u); do
+	copy_libs_of "$f"
+}
+
+# copy_libs_of FILE: every shared library FILE loads, at the same path.
+copy_libs_of() {
+	local lib
+	for lib in $(ldd "$1" 2>/dev/null | grep -oE '/[^ ]+' | sort -u); do
 		if [ ! -e "$root$lib" ]; then
 			mkdir -p "$root$(dirname "$lib")"
 			cp -L "$lib" "$root$lib"
@@ -57,6 +63,9 @@ cp -a "$dest/modroot/lib/modules" "$root/lib/"
 # lays out (tools/testing/selftests/drivers/net/ipoib), with the kselftest runner.
 make -s -C "$KTREE/tools/testing/selftests" TARGETS=drivers/net/ipoib \
 	INSTALL_PATH="$root/selftests" install >/dev/null
+for f in "$root"/selftests/drivers/net/ipoib/*; do
+	if [ -x "$f" ]; then copy_libs_of "$f"; fi
+done
 cp "$REPO/scripts/guest/init" "$root/init"
 chmod +x "$root/init"
 

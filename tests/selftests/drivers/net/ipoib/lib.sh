@@ -28,6 +28,19 @@ wait_for() {
 	done
 }
 
+# gid_index_link_local DEV: index of the RoCE v2 link-local (fe80::) GID on port 1 of DEV,
+# the kind of GID an IPoIB address carries.
+gid_index_link_local() {
+	local f
+	for f in /sys/class/infiniband/"$1"/ports/1/gids/*; do
+		case "$(cat "$f" 2>/dev/null)" in
+		fe80:*) grep -q "RoCE v2" "/sys/class/infiniband/$1/ports/1/gid_attrs/types/${f##*/}" 2>/dev/null &&
+			echo "${f##*/}" && return 0 ;;
+		esac
+	done
+	return 1
+}
+
 # Kernel log bookmarks: klog_mark, then klog_since prints what was logged after it.
 klog_mark() { KLOG_MARK=$(dmesg | wc -l); }
 klog_since() { dmesg | tail -n +"$((KLOG_MARK + 1))"; }

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # Datagram-mode IPoIB on one host: the interface of rxe1 moves into a network namespace, the
 # one of rxe0 stays; they reach each other over soft-RoCE (ARP through the broadcast group,
-# unicast back), and the module unloads with an interface in the other namespace.
+# unicast back); malformed datagrams sent from user space are dropped and counted; the
+# module unloads with an interface in the other namespace.
 . "$(dirname "$0")/lib.sh"
 
 NS=ipoibpeer
@@ -14,7 +15,7 @@ if ! modinfo "$MODULE" >/dev/null 2>&1; then
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 5
+ktap_set_plan 10
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -32,6 +33,42 @@ netns_setup() {
 ipoib_check "$ib_b (rxe1) moved into namespace $NS, both interfaces up" netns_setup
 ipoib_check "ping $ib_a -> $ib_b across namespaces" wait_for 30 ping -c 1 -W 1 198.51.100.2
 ipoib_check "ping back $ib_b -> $ib_a" ip netns exec "$NS" ping -c 2 -W 2 198.51.100.1
+# Malformed datagrams from a user-space UD queue pair on rxe1 to the interface of rxe0.
+stat_of() { cat "/sys/class/net/$ib_a/statistics/$1"; }
+in_hdr_errors() { awk '/^Ip: [0-9]/ { print $4 }' /proc/net/snmp; }
+inject() {
+	local kind=$1 qkey=${2:-0x0b1b} sgid
+	sgid=$(gid_index_link_local rxe1) || return 1
+	"$(dirname "$0")/ud_inject" rxe1 "$sgid" "$(cat /sys/class/net/$ib_a/address)" "$qkey" "$kind" 10
+}
+# counted_by COUNTER N COMMAND...: COMMAND succeeds and COUNTER (a function's output) grows
+# by exactly N within 5 s.
+counted_by() {
+	local counter=$1 n=$2 before
+	shift 2
+	before=$($counter)
+	"$@" || return 1
+	wait_for 5 eval '[ "$(($($counter) - before))" -ge "$n" ]' || { echo "$counter: $before -> $($counter)"; return 1; }
+	sleep 0.5
+	echo "$counter: $before -> $($counter)"
+	[ "$(($($counter) - before))" = "$n" ]
+}
+rx_errors() { stat_of rx_errors; }
+rx_dropped() { stat_of rx_dropped; }
+ipoib_check "10 empty and 10 two-byte datagrams: rx_errors +20" \
+	counted_by rx_errors 20 eval 'inject empty && inject short'
+ipoib_check "10 datagrams of an ethertype IPoIB does not carry: rx_dropped +10" \
+	counted_by rx_dropped 10 inject unknown
+ipoib_check "10 IPv4 datagrams of noise: passed up, refused by IPv4 (InHdrErrors +10)" \
+	counted_by in_hdr_errors 10 inject garbage
+wrong_qkey() {
+	local errors dropped
+	errors=$(rx_errors) dropped=$(rx_dropped)
+	inject unknown 0x1234 && sleep 1 &&
+		[ "$(rx_errors)" = "$errors" ] && [ "$(rx_dropped)" = "$dropped" ]
+}
+ipoib_check "10 datagrams with a wrong Q_Key never reach the driver" wrong_qkey
+ipoib_check "ping still answered after the bad input" ping -c 2 -W 2 198.51.100.2
 unload() {
 	rmmod "$MODULE" && ! module_loaded && ! ip -n "$NS" link show "$ib_b" 2>/dev/null
 }
