@@ -145,8 +145,13 @@ frag_creates() { awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
 SYNC_PORT=5001
 finish_together() {
 	if [ "$role" = server ]; then
-		timeout "$1" nc -l -p "$SYNC_PORT" </dev/null >/dev/null
+		wait_peer "$SYNC_PORT" "$1"
 	else
-		wait_for 60 eval 'echo done >/dev/tcp/$peer/$SYNC_PORT'
+		tell_peer "$SYNC_PORT"
 	fi
 }
+
+# Rendezvous over the Ethernet link: wait_peer PORT SECONDS waits for the peer's
+# tell_peer PORT (which retries for up to 60 s until the peer listens).
+wait_peer() { timeout "$2" nc -l -p "$1" </dev/null >/dev/null; }
+tell_peer() { wait_for 60 eval "echo go >/dev/tcp/\$peer/$1"; }

@@ -7,13 +7,14 @@
 
 DATA_PORT=5002
 RELOAD_PORT=5003
+MCAST_PORT=5004
 
 ktap_print_header
 if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 18
+ktap_set_plan 20
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -76,6 +77,54 @@ ipv6_pings() {
 	ping -6 -c 2 -W 5 -s 30000 "$ib6_peer" && ip -6 neigh show dev ib0
 }
 ipoib_check "$role: IPv6 over ib0: neighbour discovery by multicast, pings both ways" ipv6_pings
+# Multicast: receivers on the server join an IPv4 and an IPv6 group (ib0 attaches to their
+# MGIDs as its multicast list changes) and get the client's datagrams; once they leave,
+# ib0 lets the groups go and their datagrams no longer reach it.
+MC4=239.1.2.3 MC6=ff12::1:2 MC_UDP=5010
+mcast_udp() { "$(dirname "$0")/mcast_udp" "$@"; }
+# The groups' hardware addresses in ib0's list: P_Key 0xffff, IPv4 and IPv6 signatures.
+MC4_HW=12:40:1b:ff:ff:00:00:00:00:00:00:0f:01:02:03 MC6_HW=12:60:1b:ff:ff:00:00:00:00:00:00:00:01:00:02
+mc_joined() {
+	local list
+	list=$(ip maddr show dev ib0)
+	[[ $list == *"$MC4_HW"* && $list == *"$MC6_HW"* ]]
+}
+if [ "$role" = server ]; then
+	mcast_received() {
+		local p4 p6 n4 n6
+		mcast_udp recv ib0 "$MC4" "$MC_UDP" 60 50 >/tmp/mc4.out &
+		p4=$!
+		mcast_udp recv ib0 "$MC6" "$MC_UDP" 60 50 >/tmp/mc6.out &
+		p6=$!
+		wait_for 10 mc_joined || { ip maddr show dev ib0; cat /tmp/mc4.out /tmp/mc6.out; return 1; }
+		ip maddr show dev ib0
+		tell_peer "$MCAST_PORT" || return 1
+		wait "$p4" "$p6"
+		n4=$(sed -n 's/^received //p' /tmp/mc4.out) n6=$(sed -n 's/^received //p' /tmp/mc6.out)
+		echo "received $n4 of 50 on $MC4, $n6 of 50 on $MC6"
+		[ "${n4:-0}" -ge 45 ] && [ "${n6:-0}" -ge 45 ]
+	}
+	ipoib_check "$role: IPv4 and IPv6 multicast: joined receivers get the client's datagrams" mcast_received
+	mcast_left() {
+		local before after
+		wait_for 10 eval '! mc_joined' || { ip maddr show dev ib0; return 1; }
+		before=$(cat /sys/class/net/ib0/statistics/rx_packets)
+		tell_peer "$MCAST_PORT" && wait_peer "$MCAST_PORT" 60 || return 1
+		after=$(cat /sys/class/net/ib0/statistics/rx_packets)
+		echo "ib0 rx_packets $before -> $after while the client sent 100 datagrams to the groups"
+		[ "$((after - before))" -lt 50 ]
+	}
+	ipoib_check "$role: groups left: their datagrams no longer reach ib0" mcast_left
+else
+	mcast_sent() {
+		wait_peer "$MCAST_PORT" 60 || return 1
+		mcast_udp send ib0 "$MC4" "$MC_UDP" 50 10 && mcast_udp send ib0 "$MC6" "$MC_UDP" 50 10
+	}
+	ipoib_check "$role: 50 datagrams each to an IPv4 and an IPv6 group" mcast_sent
+	ipoib_check "$role: the same again once the peer left the groups" eval '
+		wait_peer "$MCAST_PORT" 60 && mcast_udp send ib0 "$MC4" "$MC_UDP" 50 10 &&
+			mcast_udp send ib0 "$MC6" "$MC_UDP" 50 10 && tell_peer "$MCAST_PORT"'
+fi
 # Each direction has its own connection: ours to the peer and the peer's to us.
 rc_qps() {
 	rdma res show qp type RC

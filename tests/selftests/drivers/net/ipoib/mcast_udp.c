@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * IPv4 and IPv6 multicast over one interface, for the tests: a receiver that joins a group
+ * and counts what arrives, and a sender.
+ *
+ * Usage: mcast_udp recv IFNAME GROUP PORT SECONDS MAX
+ *          joins GROUP on IFNAME, counts datagrams to GROUP:PORT until MAX arrived or
+ *          SECONDS passed, prints "received N", leaves the group (closing the socket)
+ *        mcast_udp send IFNAME GROUP PORT COUNT INTERVAL_MS
+ *          sends COUNT datagrams to GROUP:PORT out of IFNAME, prints "sent N"
+ * GROUP is an IPv4 or IPv6 multicast address.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int fail(const char *what)
+{
+	fprintf(stderr, "mcast_udp: %s: %s\n", what, strerror(errno));
+	return 1;
+}
+
+static long now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+int main(int argc, char **argv)
+{
+	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+	socklen_t len;
+	unsigned int ifindex;
+	int fd, v6, port, a, b, one = 1;
+
+	if (argc != 7 || (strcmp(argv[1], "recv") && strcmp(argv[1], "send"))) {
+		fprintf(stderr, "usage: %s recv IFNAME GROUP PORT SECONDS MAX\n"
+				"       %s send IFNAME GROUP PORT COUNT INTERVAL_MS\n", argv[0], argv[0]);
+		return 2;
+	}
+	ifindex = if_nametoindex(argv[2]);
+	if (!ifindex)
+		return fail(argv[2]);
+	port = atoi(argv[4]);
+	a = atoi(argv[5]);
+	b = atoi(argv[6]);
+	if (inet_pton(AF_INET, argv[3], &sin->sin_addr) == 1) {
+		v6 = 0;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(port);
+		len = sizeof(*sin);
+	} else if (inet_pton(AF_INET6, argv[3], &sin6->sin6_addr) == 1) {
+		v6 = 1;
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(port);
+		sin6->sin6_scope_id = ifindex;
+		len = sizeof(*sin6);
+	} else {
+		fprintf(stderr, "mcast_udp: %s is not an address\n", argv[3]);
+		return 2;
+	}
+	fd = socket(ss.ss_family, SOCK_DGRAM, 0);
+	if (fd < 0)
+		return fail("socket");
+
+	if (!strcmp(argv[1], "send")) {
+		int sent = 0;
+
+		if (v6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifindex, sizeof(ifindex))
+		       : setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF,
+				    &(struct ip_mreqn){ .imr_ifindex = ifindex },
+				    sizeof(struct ip_mreqn)))
+			return fail("multicast interface");
+		for (int i = 0; i < a; i++) {
+			char msg[64];
+			int n = snprintf(msg, sizeof(msg), "ipoib-rs multicast %d", i);
+
+			if (sendto(fd, msg, n, 0, (struct sockaddr *)&ss, len) == n)
+				sent++;
+			usleep(b * 1000);
+		}
+		printf("sent %d\n", sent);
+		return sent == a ? 0 : 1;
+	}
+
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, len))
+		return fail("bind");
+	if (v6) {
+		struct ipv6_mreq m = { .ipv6mr_multiaddr = sin6->sin6_addr,
+				       .ipv6mr_interface = ifindex };
+
+		if (setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &m, sizeof(m)))
+			return fail("join");
+	} else {
+		struct ip_mreqn m = { .imr_multiaddr = sin->sin_addr, .imr_ifindex = ifindex };
+
+		if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m)))
+			return fail("join");
+	}
+	printf("joined %s on %s\n", argv[3], argv[2]);
+	fflush(stdout);
+
+	long deadline = now_ms() + a * 1000L;
+	int received = 0;
+
+	while (received < b) {
+		long left = deadline - now_ms();
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		char buf[2048];
+
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			break;
+		if (recv(fd, buf, sizeof(buf), 0) > 0)
+			received++;
+	}
+	printf("received %d\n", received);
+	close(fd);
+	return 0;
+}
