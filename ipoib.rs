@@ -97,6 +97,20 @@ struct Ports {
     entries: KVec<IpoibPort>,
 }
 
+impl Drop for Ports {
+    fn drop(&mut self) {
+        // Each interface is unregistered first (which stops it), so nothing queues work
+        // afterwards; then the work it queued before is waited for.
+        for p in core::mem::take(&mut self.entries) {
+            let IpoibPort {
+                datapath, netdev, ..
+            } = p;
+            drop(netdev);
+            datapath.flush_work();
+        }
+    }
+}
+
 /// What the driver holds for one RDMA device. The event registration goes first, so no
 /// event arrives for interfaces being removed.
 struct IpoibDevice {
@@ -133,6 +147,8 @@ impl EventHandler for Ports {
         match event {
             AsyncEvent::PortActive(_) => {
                 p.datapath.set_port_active(true);
+                // A send that found the port down may have failed the queue pair.
+                UdPort::schedule_recovery(p.datapath.as_arc_borrow());
                 dev.carrier_on();
             }
             AsyncEvent::PortError(_) => {

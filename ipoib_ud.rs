@@ -30,7 +30,7 @@ use kernel::{
         device::{Device, DeviceRef, Gid},
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpType, QueuePair},
+        qp::{QpCaps, QpType, QueuePair, State},
         srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, SpinLockBh},
@@ -56,6 +56,8 @@ pub(crate) struct UdPort {
     pub(crate) mtu: u32,
     /// Sends in flight at most.
     pub(crate) send_ring: u32,
+    /// Receive buffers kept posted on the UD queue pair.
+    recv_ring: u32,
     /// Our hardware address: flags, UD QPN, GID.
     pub(crate) local: HwAddr,
     pub(crate) broadcast: HwAddr,
@@ -93,6 +95,12 @@ pub(crate) struct UdPort {
     /// Whether the port passes traffic, as last queried or reported by a port event. Kept
     /// here because querying a RoCE port takes RTNL, which `open` already holds.
     active: AtomicBool,
+    /// NAPI saw a failed send or an unexpected flush: the queue pair may have failed.
+    recovery_due: AtomicBool,
+    /// Brings a failed queue pair back (a device may fail it when a send finds the port
+    /// down; rxe does).
+    #[pin]
+    recover_work: Work<UdPort, 3>,
 }
 
 fn rdma_gid(g: &wire::Gid) -> Gid {
@@ -201,13 +209,8 @@ impl UdPort {
         )?;
 
         for _ in 0..recv_ring {
-            let buf = DmaBuffer::new(
-                device,
-                UD_GRH_LEN + MAX_IB_MTU,
-                DmaDirection::FromDevice,
-                GFP_KERNEL,
-            )?;
-            qp.post_recv(buf).map_err(|(e, _)| e)?;
+            qp.post_recv(Self::recv_buffer(device)?)
+                .map_err(|(e, _)| e)?;
         }
         let mut pending = KVec::with_capacity(PENDING_MAX, GFP_KERNEL)?;
         for _ in 0..PENDING_MAX {
@@ -221,6 +224,7 @@ impl UdPort {
                 port,
                 mtu,
                 send_ring,
+                recv_ring,
                 local,
                 broadcast,
                 pd,
@@ -241,9 +245,101 @@ impl UdPort {
                 mcast <- mcast,
                 mcast_work <- new_work!("UdPort::mcast_work"),
                 napi: napi.clone(),
+                recovery_due: AtomicBool::new(false),
+                recover_work <- new_work!("UdPort::recover_work"),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// A receive buffer: GRH space and the largest datagram.
+    fn recv_buffer(device: &Device) -> Result<DmaBuffer> {
+        DmaBuffer::new(
+            device,
+            UD_GRH_LEN + MAX_IB_MTU,
+            DmaDirection::FromDevice,
+            GFP_KERNEL,
+        )
+    }
+
+    /// Has the queue pair checked, and brought back if it failed (process context).
+    pub(crate) fn schedule_recovery(this: ArcBorrow<'_, Self>) {
+        let _ = workqueue::system().enqueue::<_, 3>(Arc::<Self>::from(this));
+    }
+
+    /// Whether NAPI asked for a check of the queue pair since the last call.
+    pub(crate) fn take_recovery_due(&self) -> bool {
+        self.recovery_due.swap(false, Ordering::Relaxed)
+    }
+
+    /// Brings the UD queue pair back to ready-to-send if it failed: from SQE by restarting
+    /// its send queue, from the error state by a reset (the same QPN, so peers' neighbour
+    /// entries stay valid) and fresh receive buffers. Multicast attachments stay.
+    fn recover(&self) {
+        let name = self.device.name();
+        let state = match self.qp.state() {
+            Ok(state) => state,
+            Err(e) => {
+                pr_warn!(
+                    "{} port {}: cannot query the UD queue pair ({:?})\n",
+                    name,
+                    self.port,
+                    e
+                );
+                return;
+            }
+        };
+        let result = match state {
+            State::SendQueueError => self.qp.restart_send_queue(),
+            State::Error => self.reset_qp(),
+            _ => return,
+        };
+        match result {
+            Ok(()) => pr_info!(
+                "{} port {}: UD queue pair recovered from {:?}\n",
+                name,
+                self.port,
+                state
+            ),
+            Err(e) => pr_err!(
+                "{} port {}: UD queue pair stuck in {:?} ({:?})\n",
+                name,
+                self.port,
+                state,
+                e
+            ),
+        }
+        self.napi.schedule();
+    }
+
+    /// Resets the failed UD queue pair and brings it up with its receive ring full again.
+    fn reset_qp(&self) -> Result {
+        let mut kept = KVec::new();
+        self.qp.reset(
+            |buf| self.buffers.give(buf),
+            |buf| {
+                // A buffer that finds no room here is freed; a fresh one replaces it.
+                let _ = kept.push(buf, GFP_KERNEL);
+            },
+        )?;
+        self.qp.ready(self.port, 0, wire::DEFAULT_QKEY)?;
+        let wanted = self.recv_ring as usize;
+        let mut kept = kept.into_iter();
+        while self.qp.recvs_posted() < wanted {
+            let buf = match kept.next() {
+                Some(buf) => buf,
+                None => Self::recv_buffer(&self.device)?,
+            };
+            self.qp.post_recv(buf).map_err(|(e, _)| e)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every work item of the interface (once it is unregistered).
+    pub(crate) fn flush_work(&self) {
+        self.resolve_work.flush();
+        self.mcast_work.flush();
+        self.recover_work.flush();
     }
 
     /// Sends `skb`, which starts with the pseudo header (destination hardware address) and
@@ -456,8 +552,9 @@ impl UdPort {
             let n = self.send_cq.poll(&mut wcs).unwrap_or(0);
             for wc in &wcs[..n] {
                 if let Some(buf) = self.qp.complete_send(wc) {
-                    if !matches!(wc.status(), WcStatus::Success | WcStatus::Flushed) {
+                    if let WcStatus::Error(_) = wc.status() {
                         bump(&self.counters.tx_errors, 1);
+                        self.recovery_due.store(true, Ordering::Relaxed);
                     }
                     self.buffers.give(buf);
                 }
@@ -492,8 +589,11 @@ impl UdPort {
                 };
                 match wc.status() {
                     WcStatus::Success => self.receive(wc, &buf, napi),
-                    // The QP is being torn down: its buffers go.
-                    WcStatus::Flushed => continue,
+                    // The queue pair failed: its buffers go, and it is brought back.
+                    WcStatus::Flushed => {
+                        self.recovery_due.store(true, Ordering::Relaxed);
+                        continue;
+                    }
                     WcStatus::Error(_) => bump(&self.counters.rx_errors, 1),
                 }
                 if self.qp.post_recv(buf).is_err() {
@@ -701,6 +801,7 @@ impl UdPort {
             cm.stop();
         }
         self.resolve_work.flush();
+        self.recover_work.flush();
         self.drop_pending();
     }
 }
@@ -726,6 +827,18 @@ impl WorkItem<2> for UdPort {
 
     fn run(this: Arc<UdPort>) {
         this.sync_multicast();
+    }
+}
+
+impl_has_work! {
+    impl HasWork<Self, 3> for UdPort { self.recover_work }
+}
+
+impl WorkItem<3> for UdPort {
+    type Pointer = Arc<UdPort>;
+
+    fn run(this: Arc<UdPort>) {
+        this.recover();
     }
 }
 

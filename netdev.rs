@@ -122,7 +122,11 @@ impl Operations for IpoibNetdev {
     }
 
     fn napi_poll(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, napi: &Napi, budget: u32) -> u32 {
-        port.poll(napi, budget)
+        let done = port.poll(napi, budget);
+        if port.take_recovery_due() {
+            UdPort::schedule_recovery(port);
+        }
+        done
     }
 
     fn set_rx_mode(dev: &NetDevice, port: ArcBorrow<'_, UdPort>, mc: &McAddrs<'_>) {

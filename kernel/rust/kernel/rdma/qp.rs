@@ -202,7 +202,9 @@ fn recv_ring_lock_class() -> (&'static CStr, &'static crate::sync::LockClassKey)
 /// yet completed through this object.
 #[pin_data]
 pub(crate) struct RecvRing<B: RecvBuffer> {
-    serial: u32,
+    /// Renewed when the queue is reset, so that completions of discarded requests match
+    /// no request posted afterwards.
+    serial: AtomicU32,
     #[pin]
     slots: SpinLockBh<Slots<B>>,
 }
@@ -210,7 +212,7 @@ pub(crate) struct RecvRing<B: RecvBuffer> {
 impl<B: RecvBuffer> RecvRing<B> {
     pub(crate) fn new(n: u32) -> Result<impl PinInit<Self>> {
         let slots = Slots::new(n)?;
-        let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let serial = AtomicU32::new(QP_SERIAL.fetch_add(1, Ordering::Relaxed));
         Ok(pin_init!(Self {
             serial,
             slots <- {
@@ -239,7 +241,8 @@ impl<B: RecvBuffer> RecvRing<B> {
         };
         // SAFETY: All-zero is a valid `ib_recv_wr`.
         let mut wr: bindings::ib_recv_wr = unsafe { core::mem::zeroed() };
-        wr.__bindgen_anon_1.wr_id = (u64::from(self.serial) << 32) | index as u64;
+        wr.__bindgen_anon_1.wr_id =
+            (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64;
         wr.sg_list = sges.as_mut_ptr();
         wr.num_sge = n as c_int;
         buf.sync_for_device();
@@ -255,7 +258,7 @@ impl<B: RecvBuffer> RecvRing<B> {
     /// Takes back the buffer that `wc` completes, if `wc` names one of our requests.
     pub(crate) fn complete(&self, wc: &WorkCompletion) -> Option<B> {
         let id = wc.wr_id();
-        if (id >> 32) as u32 != self.serial {
+        if (id >> 32) as u32 != self.serial.load(Ordering::Relaxed) {
             return None;
         }
         // INVARIANT: the device is done with the request `wc` completes.
@@ -267,6 +270,27 @@ impl<B: RecvBuffer> RecvRing<B> {
             .take()?;
         buf.sync_for_cpu();
         Some(buf)
+    }
+
+    /// Buffers posted and not completed.
+    pub(crate) fn posted(&self) -> usize {
+        self.slots.lock().used()
+    }
+
+    /// The device discarded every posted request: takes the buffers back one by one and
+    /// renews the serial.
+    ///
+    /// # Safety
+    ///
+    /// The device must no longer access any buffer posted so far.
+    pub(crate) unsafe fn discard_all(&self, mut back: impl FnMut(B)) {
+        let _ = self
+            .serial
+            .swap(QP_SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        while let Some(buf) = self.slots.lock().take_any() {
+            buf.sync_for_cpu();
+            back(buf);
+        }
     }
 }
 
@@ -294,6 +318,33 @@ impl<T> Slots<T> {
         self.next = found.checked_add(1).filter(|&i| i < n).unwrap_or(0);
         Some(found)
     }
+
+    fn used(&self) -> usize {
+        self.entries.iter().filter(|e| e.is_some()).count()
+    }
+
+    fn take_any(&mut self) -> Option<T> {
+        self.entries.iter_mut().find_map(|e| e.take())
+    }
+}
+
+/// The state of a queue pair, as the device reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Just created or reset: no work is processed.
+    Reset,
+    /// Initialised: receives may be posted.
+    Init,
+    /// Ready to receive.
+    ReadyToReceive,
+    /// Ready to send.
+    ReadyToSend,
+    /// Send queue drained.
+    SendQueueDrained,
+    /// A send failed; the send queue stopped (unreliable transports).
+    SendQueueError,
+    /// Failed: posted work completes as flushed.
+    Error,
 }
 
 /// A queue pair (`struct ib_qp`) of type [`QpType`].
@@ -310,7 +361,8 @@ impl<T> Slots<T> {
 pub struct QueuePair {
     qp: NonNull<bindings::ib_qp>,
     qp_type: QpType,
-    serial: u32,
+    /// Names this queue's send requests; renewed on reset (see [`RecvRing`]).
+    serial: AtomicU32,
     #[pin]
     send: SpinLockBh<Slots<SendSlot>>,
     #[pin]
@@ -419,7 +471,7 @@ impl QueuePair {
                 return Err(e);
             }
         };
-        let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let serial = AtomicU32::new(QP_SERIAL.fetch_add(1, Ordering::Relaxed));
         let init = pin_init!(Self {
             qp,
             qp_type,
@@ -539,14 +591,75 @@ impl QueuePair {
     }
 
     fn wr_id(&self, index: usize) -> u64 {
-        (u64::from(self.serial) << 32) | index as u64
+        (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64
     }
 
     /// The slot index named by `wc` if the completion belongs to this queue pair.
     fn slot_of(&self, wc: &WorkCompletion) -> Option<usize> {
         let id = wc.wr_id();
-        (wc.qp() == self.qp.as_ptr() && (id >> 32) as u32 == self.serial)
+        (wc.qp() == self.qp.as_ptr() && (id >> 32) as u32 == self.serial.load(Ordering::Relaxed))
             .then_some((id & 0xffff_ffff) as usize)
+    }
+
+    /// The queue pair's current state, queried from the device (process context).
+    pub fn state(&self) -> Result<State> {
+        // SAFETY: All-zero is a valid `ib_qp_attr` and `ib_qp_init_attr`.
+        let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
+        // SAFETY: As above.
+        let mut init: bindings::ib_qp_init_attr = unsafe { core::mem::zeroed() };
+        // SAFETY: `qp` is valid; both attribute structures are valid for the call.
+        to_result(unsafe {
+            bindings::ib_query_qp(
+                self.qp.as_ptr(),
+                &mut attr,
+                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
+                &mut init,
+            )
+        })?;
+        Ok(match attr.qp_state {
+            bindings::ib_qp_state_IB_QPS_RESET => State::Reset,
+            bindings::ib_qp_state_IB_QPS_INIT => State::Init,
+            bindings::ib_qp_state_IB_QPS_RTR => State::ReadyToReceive,
+            bindings::ib_qp_state_IB_QPS_RTS => State::ReadyToSend,
+            bindings::ib_qp_state_IB_QPS_SQD => State::SendQueueDrained,
+            bindings::ib_qp_state_IB_QPS_SQE => State::SendQueueError,
+            _ => State::Error,
+        })
+    }
+
+    /// Restarts a send queue stopped by an error (state SQE, unreliable transports): back
+    /// to ready-to-send.
+    pub fn restart_send_queue(&self) -> Result {
+        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RTS);
+        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
+    }
+
+    /// Moves the queue pair to RESET, where the device drops every posted request without
+    /// completing it: the buffers come back, sends to `send_back` and receives to
+    /// `recv_back`. Completions of requests posted before, still queued in a CQ, match none
+    /// posted afterwards. The queue pair is then brought up again like a new one.
+    pub fn reset(
+        &self,
+        mut send_back: impl FnMut(DmaBuffer),
+        recv_back: impl FnMut(DmaBuffer),
+    ) -> Result {
+        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RESET);
+        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
+        let _ = self
+            .serial
+            .swap(QP_SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        while let Some(slot) = self.send.lock().take_any() {
+            slot.buf.sync_for_cpu();
+            send_back(slot.buf);
+        }
+        // SAFETY: In RESET the device holds no request and accesses no posted buffer.
+        unsafe { self.recv.discard_all(recv_back) };
+        Ok(())
+    }
+
+    /// Receives posted and not yet completed through this object.
+    pub fn recvs_posted(&self) -> usize {
+        self.recv.posted()
     }
 
     /// Posts `buf` to receive one message (on UD: 40 bytes of GRH space, then the
@@ -645,12 +758,7 @@ impl QueuePair {
     /// Sends posted and not yet completed through this object. Their buffers are freed with
     /// the queue pair if it is dropped first.
     pub fn sends_in_flight(&self) -> usize {
-        self.send
-            .lock()
-            .entries
-            .iter()
-            .filter(|s| s.is_some())
-            .count()
+        self.send.lock().used()
     }
 
     /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU;

@@ -12,7 +12,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 15
+ktap_set_plan 18
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -91,6 +91,8 @@ if [ "$role" = server ]; then
 	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
 	ipoib_check "$role: netserver running" eval 'pidof netserver >/dev/null'
 	ipoib_check "$role: ib0 counters moved" eval '[ "$(cat /sys/class/net/ib0/statistics/rx_packets)" -gt 0 ]'
+	iperf3 -s -D </dev/null >/dev/null 2>&1 3>&- 4>&-
+	ipoib_check "$role: iperf3 server running" eval 'pidof iperf3 >/dev/null'
 else
 	ipoib_check "$role: netperf TCP_STREAM and TCP_RR over ib0" eval '
 		wait_for 30 eval "netperf -H $ib_peer -t TCP_RR -l 1 >/dev/null 2>&1" &&
@@ -98,13 +100,62 @@ else
 		netperf_run "$ib_peer" TCP_RR "" "ib0 (datagram) TCP_RR"'
 	ipoib_check "$role: netperf TCP_STREAM over eth0 (baseline)" \
 		netperf_run "$peer" TCP_STREAM "-m 16384" "eth0 TCP_STREAM"
+	# UDP at a modest rate: every datagram arrives (900 bytes fit the 1020-byte MTU).
+	udp_no_loss() {
+		local out
+		out=$(wait_for 30 eval "iperf3 -c $ib_peer -u -b 1M -l 900 -t 5 2>&1") || { echo "$out"; return 1; }
+		echo "$out" | tail -n 4
+		echo "$out" | grep -Eq ' 0/[1-9][0-9]* \(0%\) +receiver'
+	}
+	ipoib_check "$role: iperf3 -u at 1 Mbit/s over ib0 loses no datagram" udp_no_loss
 fi
 ip -s link show ib0
 # Datagram mode sends unicast over the UD QP: no RC queue pair of the module exists.
 ipoib_check "$role: datagram mode made no RC connection" no_rc_qps
 
+# The client's Ethernet link flaps: ib0's carrier follows the port down and up, and pings
+# resume. Then its rxe device goes away under a ping: ib0 goes with it, cleanly, and comes
+# back when the device is added again.
+if [ "$role" = client ]; then
+	link_flap() {
+		ip link set eth0 down && wait_for 10 eval '! ip link show ib0 | grep -q LOWER_UP' ||
+			{ ip link show ib0; return 1; }
+		echo "eth0 down: ib0 lost its carrier"
+		ip link set eth0 up && wait_for 30 eval 'ip link show ib0 | grep -q LOWER_UP' ||
+			{ ip link show ib0; return 1; }
+		echo "eth0 up: ib0 has its carrier back"
+		wait_for 60 ping -c 1 -W 1 "$ib_peer" && return 0
+		ip -s link show ib0
+		ip neigh show dev ib0
+		rdma res show qp type UD
+		klog_since | tail -n 8
+		return 1
+	}
+	ipoib_check "$role: eth0 down and up: ib0 carrier follows, ping resumes" link_flap
+	device_removed() {
+		local pid
+		ping -i 0.2 "$ib_peer" >/dev/null 2>&1 &
+		pid=$!
+		sleep 1
+		rdma link delete rxe0 && wait_for 10 eval '[ ! -e /sys/class/net/ib0 ]'
+		local gone=$?
+		kill "$pid"
+		wait "$pid" 2>/dev/null
+		[ "$gone" = 0 ] || return 1
+		echo "rdma link delete rxe0 under a ping: ib0 gone"
+		rxe_add rxe0 eth0 && wait_for 10 eval '[ -e /sys/class/net/ib0 ]' &&
+			echo datagram >/sys/class/net/ib0/mode && ib_up || return 1
+		echo "rxe0 added again: ib0 back"
+		wait_for 60 ping -c 1 -W 1 "$ib_peer"
+	}
+	ipoib_check "$role: rxe0 deleted under a ping: ib0 removed cleanly, back with the device" device_removed
+else
+	ipoib_skip "$role: eth0 down and up: ib0 carrier follows, ping resumes" "the client flaps its link"
+	ipoib_skip "$role: rxe0 deleted under a ping: ib0 removed cleanly, back with the device" "the client removes its device"
+fi
+
 finish_together 180 || ktap_print_msg "peer did not finish in time"
-[ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
+[ "$role" = server ] && kill $(pidof netserver) $(pidof iperf3) 2>/dev/null
 rmmod "$MODULE"
 KLOG_MARK=$start_mark
 ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
