@@ -9,6 +9,7 @@
 
 use crate::{
     ipoib_cm::{now_ms, CmPort},
+    stats::bump,
     wire::CmPrivateData,
 };
 use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -142,6 +143,7 @@ impl ListenHandler for CmListen {
         // The requester retries forever when our shared receive queue runs dry, rather than
         // failing the connection (the C driver passes the REQ's count, 0, on).
         let replied = id.id().send_rep(&conn.qp, psn, &private, true, 7);
+        bump(&port.counters.cm_rx_accepted, u64::from(replied.is_ok()));
         let old = rx.insert(node.into_node(key, id));
         drop(rx);
         drop(old);

@@ -297,6 +297,7 @@ impl TxConnection {
                 s.phase = TxPhase::Live;
             }
         }
+        bump(&self.port.counters.cm_tx_established, 1);
         link.cq.handler().kick();
         Ok(())
     }
@@ -312,12 +313,14 @@ impl TxConnection {
 
     /// Marks the connection dead and has the work item destroy it.
     fn fail(&self) {
-        let dropped = {
+        let (dropped, never_up) = {
             let mut s = self.state.lock();
+            let never_up = matches!(s.phase, TxPhase::New | TxPhase::Connecting);
             s.phase = TxPhase::Dead;
-            s.held.clear()
+            (s.held.clear(), never_up)
         };
         bump(&self.port.counters.tx_dropped, dropped);
+        bump(&self.port.counters.cm_tx_failed, u64::from(never_up));
         self.port.schedule_work();
     }
 

@@ -247,6 +247,7 @@ impl CmPort {
                 closed += 1;
             }
         }
+        bump(&self.counters.cm_rx_stale, u64::from(closed));
         if closed > 0 {
             pr_info!(
                 "{} port {}: {} idle receive connection(s) closed\n",
@@ -369,6 +370,13 @@ impl CmPort {
         again
     }
 
+    /// Transmit and receive connections in place.
+    pub(crate) fn connection_counts(&self) -> (u64, u64) {
+        let tx = self.tx.lock().iter().count() as u64;
+        let rx = self.rx.lock().iter().count() as u64;
+        (tx, rx)
+    }
+
     /// Takes back the shared-receive-queue buffer `wc` completes, if it is one.
     pub(crate) fn complete_recv(&self, wc: &WorkCompletion) -> Option<ScatterBuffer> {
         self.srq.complete_recv(wc)
@@ -438,6 +446,7 @@ impl CmPort {
                     Err(_) => drop(conn.unlink()),
                 },
                 Err(e) => {
+                    bump(&self.counters.cm_tx_failed, 1);
                     pr_info!(
                         "{} port {}: cannot connect to {} ({:?})\n",
                         self.name(),
@@ -488,7 +497,9 @@ impl CmPort {
             };
             let Some(id) = victim else { break };
             let conn = id.handler();
-            if !conn.drain.drained() {
+            if conn.drain.drained() {
+                bump(&self.counters.cm_rx_drained, 1);
+            } else {
                 undrained += 1;
             }
             self.rx_seen.lock().remove(&conn.qp.id());

@@ -5,20 +5,23 @@
 
 use crate::{
     cq::CqEvents,
-    ipoib_cm::CmPort,
+    ipoib_cm::{now_ms, CmPort},
     mcast::{Joined, McastGroups},
-    neigh::Neighbours,
+    neigh::{Neighbours, REAP_BATCH},
     params, rx,
     send_buffers::SendBuffers,
-    stats::{bump, Counters},
+    stats::{bump, Counters, Gauges},
     wire::{self, HwAddr, CM_BUF_SIZE, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use kernel::{
+    c_str,
     net::{
         dev::{McAddrs, NetDevice, Stats64},
+        ethtool::DrvInfo,
         mcast::Ipv6McMembership,
         napi::{Napi, NapiHandle},
+        neigh,
         rtnl::Rtnl,
         skb::{PacketType, SkBuff},
     },
@@ -27,14 +30,18 @@ use kernel::{
     rdma::{
         ah::{AddressHandle, AhAttr},
         cq::{CompletionQueue, WcStatus, WorkCompletion},
-        device::{Device, DeviceRef, Gid},
+        device::{Device, DeviceRef, Gid, FW_VERSION_LEN},
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
         qp::{QpCaps, QpType, QueuePair, State},
         srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, SpinLockBh},
-    workqueue::{self, impl_has_work, new_work, Work, WorkItem},
+    time::msecs_to_jiffies,
+    workqueue::{
+        self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
+        WorkItem,
+    },
 };
 
 /// Largest IB MTU: payloads of up to 4096 bytes after the GRH space.
@@ -70,6 +77,10 @@ pub(crate) struct UdPort {
     _bcast_member: Ipv6McMembership,
     #[pin]
     neigh: SpinLockBh<Neighbours>,
+    /// Sends posted on the UD queue pair (under the `neigh` lock) and completed: the clock
+    /// by which retired address handles are known to be unused.
+    sends_posted: AtomicU64,
+    sends_done: AtomicU64,
     /// Send buffers of the UD queue pair and every transmit connection.
     buffers: Arc<SendBuffers>,
     pub(crate) counters: Arc<Counters>,
@@ -101,6 +112,11 @@ pub(crate) struct UdPort {
     /// down; rxe does).
     #[pin]
     recover_work: Work<UdPort, 3>,
+    /// Ages the neighbours, periodically while the interface is up.
+    #[pin]
+    neigh_gc: DelayedWork<UdPort, 4>,
+    /// Whether the interface is up.
+    up: AtomicBool,
 }
 
 fn rdma_gid(g: &wire::Gid) -> Gid {
@@ -218,6 +234,7 @@ impl UdPort {
         }
         let device = device.get_ref()?;
         let mcast = McastGroups::new()?;
+        let neigh = Neighbours::new()?;
         Arc::pin_init(
             pin_init!(Self {
                 device,
@@ -233,7 +250,9 @@ impl UdPort {
                 qp,
                 bcast_ah,
                 _bcast_member: member,
-                neigh <- new_spinlock_bh!(Neighbours::new(), "UdPort::neigh"),
+                neigh <- new_spinlock_bh!(neigh, "UdPort::neigh"),
+                sends_posted: AtomicU64::new(0),
+                sends_done: AtomicU64::new(0),
                 buffers,
                 counters,
                 connected: AtomicBool::new(cm.is_some() && params::CONNECTED_MODE.get()),
@@ -247,6 +266,8 @@ impl UdPort {
                 napi: napi.clone(),
                 recovery_due: AtomicBool::new(false),
                 recover_work <- new_work!("UdPort::recover_work"),
+                neigh_gc <- new_delayed_work!("UdPort::neigh_gc"),
+                up: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
@@ -295,12 +316,15 @@ impl UdPort {
             _ => return,
         };
         match result {
-            Ok(()) => pr_info!(
-                "{} port {}: UD queue pair recovered from {:?}\n",
-                name,
-                self.port,
-                state
-            ),
+            Ok(()) => {
+                bump(&self.counters.qp_recoveries, 1);
+                pr_info!(
+                    "{} port {}: UD queue pair recovered from {:?}\n",
+                    name,
+                    self.port,
+                    state
+                )
+            }
             Err(e) => pr_err!(
                 "{} port {}: UD queue pair stuck in {:?} ({:?})\n",
                 name,
@@ -316,7 +340,10 @@ impl UdPort {
     fn reset_qp(&self) -> Result {
         let mut kept = KVec::new();
         self.qp.reset(
-            |buf| self.buffers.give(buf),
+            |buf| {
+                self.sends_done.fetch_add(1, Ordering::Relaxed);
+                self.buffers.give(buf);
+            },
             |buf| {
                 // A buffer that finds no room here is freed; a fresh one replaces it.
                 let _ = kept.push(buf, GFP_KERNEL);
@@ -340,12 +367,13 @@ impl UdPort {
         self.resolve_work.flush();
         self.mcast_work.flush();
         self.recover_work.flush();
+        while self.neigh_gc.flush() {}
     }
 
     /// Sends `skb`, which starts with the pseudo header (destination hardware address) and
     /// the encapsulation header that `header_create` pushed. A unicast destination without
     /// an address handle yet waits in `pending` while the resolve work makes one.
-    pub(crate) fn xmit(this: ArcBorrow<'_, Self>, skb: SkBuff, dev: &NetDevice) {
+    pub(crate) fn xmit(this: ArcBorrow<'_, Self>, mut skb: SkBuff, dev: &NetDevice) {
         let c = &this.counters;
         let mut hdr = [0u8; HWADDR_LEN];
         if skb.copy_bits(0, &mut hdr).is_err() {
@@ -362,22 +390,27 @@ impl UdPort {
                 return;
             }
         }
-        let ah = if dest.gid() == this.broadcast.gid() {
-            this.bcast_ah.clone()
-        } else {
-            // Unicast, or a multicast group sent to without joining (RoCE needs no join to
-            // send): an address handle per GID, made in process context.
-            let found = this.neigh.lock().get(&dest.gid().0);
-            match found {
-                Some(ah) => ah,
-                None => {
-                    this.hold_for_resolution(dest.gid(), skb);
-                    let _ = workqueue::system().enqueue::<_, 0>(Arc::<Self>::from(this));
-                    return;
-                }
-            }
+        let Some(len) = this.sendable_len(&mut skb) else {
+            return;
         };
-        this.send(skb, &dest, &ah, dev);
+        // Every send through a neighbour's handle is posted under the table's lock, so that
+        // a handle the table retires is known to be unused once as many sends completed as
+        // were posted by then (see `neigh.rs`).
+        let mut neigh = this.neigh.lock();
+        if dest.gid() == this.broadcast.gid() {
+            this.post(skb, &dest, &this.bcast_ah, len, dev);
+            return;
+        }
+        // Unicast, or a multicast group sent to without joining (RoCE needs no join to
+        // send): an address handle per GID, made in process context.
+        match neigh.get(&dest.gid().0, now_ms()) {
+            Some(ah) => this.post(skb, &dest, ah, len, dev),
+            None => {
+                drop(neigh);
+                this.hold_for_resolution(dest.gid(), skb);
+                let _ = workqueue::system().enqueue::<_, 0>(Arc::<Self>::from(this));
+            }
+        }
     }
 
     /// Keeps `skb` until `gid` has an address handle; drops it when too many wait.
@@ -392,12 +425,13 @@ impl UdPort {
         }
     }
 
-    /// Posts `skb` (pseudo header first) to `dest` through `ah`.
-    fn send(&self, mut skb: SkBuff, dest: &HwAddr, ah: &Arc<AddressHandle>, dev: &NetDevice) {
+    /// The length of the message `skb` carries after its pseudo header, if it fits a
+    /// datagram; otherwise drops it, counted.
+    fn sendable_len(&self, skb: &mut SkBuff) -> Option<u32> {
         let c = &self.counters;
         let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
             bump(&c.tx_dropped, 1);
-            return;
+            return None;
         };
         // rxe drops an oversize UD send while reporting success: enforce the MTU here. In
         // connected mode the stack may send more toward a peer reached over UD: tell it the
@@ -405,8 +439,15 @@ impl UdPort {
         if len > self.mtu + ENCAP_HEADER_LEN as u32 {
             let _ = skb.report_too_big(self.mtu);
             bump(&c.tx_dropped, 1);
-            return;
+            return None;
         }
+        Some(len)
+    }
+
+    /// Posts the `len` bytes `skb` carries after its pseudo header to `dest` through `ah`.
+    /// Called with the neighbour table locked.
+    fn post(&self, skb: SkBuff, dest: &HwAddr, ah: &Arc<AddressHandle>, len: u32, dev: &NetDevice) {
+        let c = &self.counters;
         let n = len as usize;
         let Some(buf) = self.buffers.load(&skb, n, dev) else {
             bump(&c.tx_dropped, 1);
@@ -418,6 +459,7 @@ impl UdPort {
             .post_send_ud(buf, n, ah, dest.qpn(), wire::DEFAULT_QKEY)
         {
             Ok(()) => {
+                self.sends_posted.fetch_add(1, Ordering::Relaxed);
                 bump(&c.tx_packets, 1);
                 bump(&c.tx_bytes, u64::from(len));
             }
@@ -430,43 +472,30 @@ impl UdPort {
 
     /// Sends the held packets whose address handles now exist (from NAPI).
     fn send_pending(&self, dev: &NetDevice) {
-        const BATCH: usize = 16;
-        while self.pending_count.load(Ordering::Relaxed) > 0 {
-            let mut ready: [Option<(HwAddr, SkBuff, Arc<AddressHandle>)>; BATCH] =
-                [const { None }; BATCH];
-            let mut n = 0;
-            {
-                let neigh = self.neigh.lock();
-                let mut pending = self.pending.lock();
-                for slot in pending.iter_mut() {
-                    if n == BATCH {
-                        break;
-                    }
-                    let Some(ah) = slot.as_ref().and_then(|(gid, _)| neigh.get(&gid.0)) else {
-                        continue;
-                    };
-                    let Some((_, skb)) = slot.take() else {
-                        continue;
-                    };
-                    self.pending_count.fetch_sub(1, Ordering::Relaxed);
-                    let mut hdr = [0u8; HWADDR_LEN];
-                    match skb
-                        .copy_bits(0, &mut hdr)
-                        .map(|()| HwAddr::from_bytes(&hdr))
-                    {
-                        Ok(Ok(dest)) => {
-                            ready[n] = Some((dest, skb, ah));
-                            n += 1;
-                        }
-                        _ => bump(&self.counters.tx_dropped, 1),
-                    }
-                }
+        if self.pending_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut neigh = self.neigh.lock();
+        let mut pending = self.pending.lock();
+        let now = now_ms();
+        for slot in pending.iter_mut() {
+            if !slot.as_ref().is_some_and(|(gid, _)| neigh.contains(&gid.0)) {
+                continue;
             }
-            for (dest, skb, ah) in ready.iter_mut().filter_map(|r| r.take()) {
-                self.send(skb, &dest, &ah, dev);
-            }
-            if n < BATCH {
-                break;
+            let Some((gid, mut skb)) = slot.take() else {
+                continue;
+            };
+            self.pending_count.fetch_sub(1, Ordering::Relaxed);
+            let mut hdr = [0u8; HWADDR_LEN];
+            let dest = skb
+                .copy_bits(0, &mut hdr)
+                .map(|()| HwAddr::from_bytes(&hdr));
+            let (Ok(Ok(dest)), Some(len)) = (dest, self.sendable_len(&mut skb)) else {
+                bump(&self.counters.tx_dropped, 1);
+                continue;
+            };
+            if let Some(ah) = neigh.get(&gid.0, now) {
+                self.post(skb, &dest, ah, len, dev);
             }
         }
     }
@@ -476,13 +505,15 @@ impl UdPort {
         let mut wanted: [Option<wire::Gid>; PENDING_MAX] = [None; PENDING_MAX];
         {
             let pending = self.pending.lock();
-            for (w, slot) in wanted.iter_mut().zip(pending.iter()) {
-                *w = slot.as_ref().map(|(gid, _)| *gid);
+            for (i, slot) in pending.iter().enumerate() {
+                if let Some(w) = wanted.get_mut(i) {
+                    *w = slot.as_ref().map(|(gid, _)| *gid);
+                }
             }
         }
         for (i, gid) in wanted.iter().enumerate() {
             let Some(gid) = gid else { continue };
-            if wanted[..i].contains(&Some(*gid)) || self.neigh.lock().get(&gid.0).is_some() {
+            if wanted[..i].contains(&Some(*gid)) || self.neigh.lock().contains(&gid.0) {
                 continue;
             }
             // Multicast stays on the link; a unicast MAC is resolved when the handle is made.
@@ -493,8 +524,14 @@ impl UdPort {
             };
             let attr = AhAttr::roce(self.port, GID_INDEX as u8, &rdma_gid(gid), hops, dmac);
             let made = AddressHandle::new(&self.pd, &attr)
-                .and_then(|ah| self.neigh.lock().insert(gid.0, ah));
-            if made.is_err() {
+                .and_then(|ah| Neighbours::node(gid.0, ah, now_ms()))
+                .map(|node| {
+                    let mut neigh = self.neigh.lock();
+                    let posted = self.sends_posted.load(Ordering::Relaxed);
+                    neigh.insert(&gid.0, node, posted)
+                });
+            // A handle made twice is dropped here, outside the lock, never used.
+            if let Err(_) | Ok(Some(_)) = made {
                 // No route: the packets for it go.
                 let mut pending = self.pending.lock();
                 for slot in pending.iter_mut() {
@@ -540,6 +577,9 @@ impl UdPort {
         } else {
             PacketType::Multicast
         };
+        if pkt_type != PacketType::Host {
+            bump(&c.multicast, 1);
+        }
         rx::deliver(msg, pkt_type, napi, c);
     }
 
@@ -552,6 +592,7 @@ impl UdPort {
             let n = self.send_cq.poll(&mut wcs).unwrap_or(0);
             for wc in &wcs[..n] {
                 if let Some(buf) = self.qp.complete_send(wc) {
+                    self.sends_done.fetch_add(1, Ordering::Relaxed);
                     if let WcStatus::Error(_) = wc.status() {
                         bump(&self.counters.tx_errors, 1);
                         self.recovery_due.store(true, Ordering::Relaxed);
@@ -637,11 +678,72 @@ impl UdPort {
 
     /// Forgets all destinations (addresses changed).
     pub(crate) fn flush_neighbours(&self) {
-        self.neigh.lock().flush();
+        self.retire_neighbours(i64::MAX);
+    }
+
+    /// Retires the neighbours unused since `deadline`, then drops the retired handles no
+    /// send refers to any more (process context).
+    fn retire_neighbours(&self, deadline: i64) {
+        {
+            let mut neigh = self.neigh.lock();
+            let posted = self.sends_posted.load(Ordering::Relaxed);
+            neigh.retire_idle(deadline, posted);
+        }
+        loop {
+            let mut out = [const { None }; REAP_BATCH];
+            let done = self.sends_done.load(Ordering::Relaxed);
+            let n = self.neigh.lock().take_reapable(done, &mut out);
+            // Destroyed here, in process context, without the lock.
+            drop(out);
+            if n < REAP_BATCH {
+                break;
+            }
+        }
+    }
+
+    /// The pace of neighbour ageing: the ARP table's collection interval, at least 1 s.
+    fn neigh_gc_ms() -> u32 {
+        neigh::arp_gc_interval_ms().max(1000)
+    }
+
+    fn schedule_neigh_gc(self: &Arc<Self>) {
+        let delay = msecs_to_jiffies(Self::neigh_gc_ms());
+        let _ = workqueue::system().enqueue_delayed::<_, 4>(self.clone(), delay);
+    }
+
+    /// Forgets destinations unused for two collection intervals (the delayed work item),
+    /// then runs again while the interface is up.
+    fn collect_neighbours(self: &Arc<Self>) {
+        self.retire_neighbours(now_ms() - 2 * i64::from(Self::neigh_gc_ms()));
+        if self.up.load(Ordering::Acquire) {
+            self.schedule_neigh_gc();
+        }
     }
 
     pub(crate) fn fill_stats(&self, stats: &mut Stats64) {
         self.counters.fill(stats);
+    }
+
+    /// Fills the values of `ethtool -S`.
+    pub(crate) fn fill_ethtool_stats(&self, values: &mut [u64]) {
+        let (cm_tx_connections, cm_rx_connections) =
+            self.cm.as_ref().map_or((0, 0), |cm| cm.connection_counts());
+        let gauges = Gauges {
+            neighbours: self.neigh.lock().len() as u64,
+            queue_stopped: self.buffers.stops(),
+            cm_tx_connections,
+            cm_rx_connections,
+        };
+        self.counters.fill_ethtool(&gauges, values);
+    }
+
+    /// What `ethtool -i` shows: the driver, and the RDMA device with its firmware.
+    pub(crate) fn fill_drvinfo(&self, info: &mut DrvInfo) {
+        info.set_driver(c_str!("ib_ipoib"));
+        info.set_version(c_str!("1.0.0"));
+        let mut fw = [0u8; FW_VERSION_LEN];
+        info.set_fw_version(self.device.fw_version(&mut fw));
+        info.set_bus_info(self.device.name().as_bytes());
     }
 
     /// Whether unicast to peers that offer it goes over connections.
@@ -779,10 +881,13 @@ impl UdPort {
     }
 
     /// The interface comes up: completions armed, connections accepted.
-    pub(crate) fn start(&self) -> Result {
-        self.arm();
-        self.mcast.open();
-        if let Some(cm) = &self.cm {
+    pub(crate) fn start(this: ArcBorrow<'_, Self>) -> Result {
+        let this: Arc<Self> = this.into();
+        this.arm();
+        this.mcast.open();
+        this.up.store(true, Ordering::Release);
+        this.schedule_neigh_gc();
+        if let Some(cm) = &this.cm {
             cm.start()?;
         }
         Ok(())
@@ -793,6 +898,9 @@ impl UdPort {
     pub(crate) fn stop(&self) {
         self.mcast.close();
         self.mcast_work.flush();
+        self.up.store(false, Ordering::Release);
+        // A run under way may queue itself once more: flush until idle.
+        while self.neigh_gc.flush() {}
         self.mcast.leave_all(|mgid| {
             let _ = self.qp.detach_mcast(&rdma_gid(mgid), 0);
         });
@@ -839,6 +947,18 @@ impl WorkItem<3> for UdPort {
 
     fn run(this: Arc<UdPort>) {
         this.recover();
+    }
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self, 4> for UdPort { self.neigh_gc }
+}
+
+impl WorkItem<4> for UdPort {
+    type Pointer = Arc<UdPort>;
+
+    fn run(this: Arc<UdPort>) {
+        this.collect_neighbours();
     }
 }
 

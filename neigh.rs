@@ -3,50 +3,157 @@
 //! Neighbours: the address handle for each destination this interface sends to.
 //!
 //! On RoCE a destination's route follows from its GID alone, so entries are keyed by GID and
-//! made on first use; the destination QPN travels in each packet's pseudo header.
+//! made on first use; the destination QPN travels in each packet's pseudo header. Entries
+//! unused for two ARP collection intervals are forgotten, as the C driver ages its own.
+//!
+//! Some providers (rxe) must not destroy an address handle in softirq context or under a
+//! lock taken there. A forgotten handle is therefore retired, not dropped: it waits, with
+//! the number of sends posted when it left the table, until that many sends have completed
+//! (a UD send queue completes in order, and every send through the table is posted under
+//! its lock), then the work item drops it in process context as its last user.
 
-use kernel::{prelude::*, rbtree::RBTree, rdma::ah::AddressHandle, sync::Arc};
+use kernel::{
+    prelude::*,
+    rbtree::{RBTree, RBTreeNode},
+    rdma::ah::AddressHandle,
+    sync::Arc,
+};
 
 /// Entries kept before the table starts over; the handles are cheap to make again.
 const MAX_NEIGHBOURS: usize = 256;
+/// Retired handles waiting for their sends to complete.
+const RETIRED_MAX: usize = 2 * MAX_NEIGHBOURS;
+/// Handles dropped per [`Neighbours::take_reapable`] call.
+pub(crate) const REAP_BATCH: usize = 16;
 
-/// Address handles by destination GID.
+/// One destination: its handle and when a packet last used it (ms, monotonic).
+pub(crate) struct Neighbour {
+    ah: Arc<AddressHandle>,
+    used: i64,
+}
+
+/// A table entry made outside the lock, for [`Neighbours::insert`].
+pub(crate) type NeighbourNode = RBTreeNode<[u8; 16], Neighbour>;
+
+/// Address handles by destination GID, and the retired ones.
 pub(crate) struct Neighbours {
-    entries: RBTree<[u8; 16], Arc<AddressHandle>>,
+    entries: RBTree<[u8; 16], Neighbour>,
     len: usize,
+    /// Retired handles with the count of sends posted when they left the table.
+    retired: KVec<Option<(u64, Arc<AddressHandle>)>>,
 }
 
 impl Neighbours {
-    pub(crate) fn new() -> Self {
-        Self {
+    pub(crate) fn new() -> Result<Self> {
+        let mut retired = KVec::with_capacity(RETIRED_MAX, GFP_KERNEL)?;
+        for _ in 0..RETIRED_MAX {
+            retired.push(None, GFP_KERNEL)?;
+        }
+        Ok(Self {
             entries: RBTree::new(),
             len: 0,
+            retired,
+        })
+    }
+
+    /// A table entry for `gid` (process context, before taking the lock).
+    pub(crate) fn node(gid: [u8; 16], ah: Arc<AddressHandle>, now: i64) -> Result<NeighbourNode> {
+        RBTreeNode::new(gid, Neighbour { ah, used: now }, GFP_KERNEL)
+    }
+
+    /// The handle for `gid`, if one was made; `now` marks the entry used. Sends through it
+    /// are posted before the lock is released.
+    pub(crate) fn get(&mut self, gid: &[u8; 16], now: i64) -> Option<&Arc<AddressHandle>> {
+        let n = self.entries.get_mut(gid)?;
+        n.used = now;
+        Some(&n.ah)
+    }
+
+    /// Whether `gid` has a handle.
+    pub(crate) fn contains(&self, gid: &[u8; 16]) -> bool {
+        self.entries.get(gid).is_some()
+    }
+
+    /// Adds `node`, made for `gid`, `posted` sends having been posted so far; a full table
+    /// is retired first. A node whose destination already has a handle comes back, to be
+    /// dropped outside the lock (nothing was sent through it).
+    pub(crate) fn insert(
+        &mut self,
+        gid: &[u8; 16],
+        node: NeighbourNode,
+        posted: u64,
+    ) -> Option<NeighbourNode> {
+        if self.contains(gid) {
+            return Some(node);
         }
-    }
-
-    /// The handle for `gid`, if one was made.
-    pub(crate) fn get(&self, gid: &[u8; 16]) -> Option<Arc<AddressHandle>> {
-        self.entries.get(gid).cloned()
-    }
-
-    /// Remembers `ah` for `gid`; a full table is emptied first.
-    pub(crate) fn insert(&mut self, gid: [u8; 16], ah: Arc<AddressHandle>) -> Result {
         if self.len >= MAX_NEIGHBOURS {
-            self.flush();
+            self.retire_idle(i64::MAX, posted);
         }
-        if self
-            .entries
-            .try_create_and_insert(gid, ah, GFP_ATOMIC)?
-            .is_none()
-        {
-            self.len += 1;
-        }
-        Ok(())
+        // Not present (checked above): nothing is replaced.
+        let replaced = self.entries.insert(node);
+        self.len += 1;
+        replaced
     }
 
-    /// Forgets every destination (the port's addresses changed).
-    pub(crate) fn flush(&mut self) {
-        self.entries = RBTree::new();
-        self.len = 0;
+    /// How many destinations have a handle.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Retires the destinations unused since `deadline` (all with `i64::MAX`), `posted`
+    /// sends having been posted so far; returns how many. Entries stay while no retirement
+    /// slot is free.
+    pub(crate) fn retire_idle(&mut self, deadline: i64, posted: u64) -> usize {
+        let mut retired = 0;
+        loop {
+            let mut keys = [[0u8; 16]; REAP_BATCH];
+            let mut n = 0;
+            for (gid, entry) in self.entries.iter() {
+                if entry.used < deadline {
+                    keys[n] = *gid;
+                    n += 1;
+                    if n == keys.len() {
+                        break;
+                    }
+                }
+            }
+            for key in &keys[..n] {
+                let Some(slot) = self.retired.iter_mut().find(|s| s.is_none()) else {
+                    return retired;
+                };
+                if let Some(entry) = self.entries.remove(key) {
+                    *slot = Some((posted, entry.ah));
+                    self.len -= 1;
+                    retired += 1;
+                }
+            }
+            if n < keys.len() {
+                return retired;
+            }
+        }
+    }
+
+    /// Takes out retired handles whose sends have all completed (`completed` sends so
+    /// far), into `out`; the caller drops them outside the lock, in process context.
+    /// Returns how many.
+    pub(crate) fn take_reapable(
+        &mut self,
+        completed: u64,
+        out: &mut [Option<Arc<AddressHandle>>; REAP_BATCH],
+    ) -> usize {
+        let mut n = 0;
+        for slot in self.retired.iter_mut() {
+            if n == out.len() {
+                break;
+            }
+            if slot
+                .as_ref()
+                .is_some_and(|(posted, _)| *posted <= completed)
+            {
+                out[n] = slot.take().map(|(_, ah)| ah);
+                n += 1;
+            }
+        }
+        n
     }
 }

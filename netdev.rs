@@ -5,6 +5,7 @@
 
 use crate::{
     ipoib_ud::UdPort,
+    stats,
     wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN},
 };
 use core::fmt::Write;
@@ -13,6 +14,7 @@ use kernel::{
     net::{
         dev::{McAddrs, NetDevice, Operations, Setup, Stats64, TxResult},
         dev_attr::{Attribute, AttributeText},
+        ethtool::DrvInfo,
         link::{attr_size, LinkAttributes, LinkInfo},
         napi::Napi,
         rtnl::{restart_syscall, Rtnl, RtnlGuard},
@@ -78,7 +80,7 @@ impl Operations for IpoibNetdev {
     }
 
     fn open(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result {
-        port.start()?;
+        UdPort::start(port)?;
         if port.port_active() {
             dev.carrier_on();
         }
@@ -135,6 +137,16 @@ impl Operations for IpoibNetdev {
 
     fn get_stats64(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, stats: &mut Stats64) {
         port.fill_stats(stats);
+    }
+
+    fn get_drvinfo(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, info: &mut DrvInfo) {
+        port.fill_drvinfo(info);
+    }
+
+    const ETHTOOL_STATS: &'static [&'static CStr] = stats::ETHTOOL_STATS;
+
+    fn get_ethtool_stats(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, values: &mut [u64]) {
+        port.fill_ethtool_stats(values);
     }
 
     const ATTRIBUTES: &'static [Attribute] = &[

@@ -6,6 +6,7 @@
 //! completion queue can overflow.
 
 use crate::wire::HWADDR_LEN;
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{
     net::{dev::NetDevice, skb::SkBuff},
     new_spinlock_bh,
@@ -25,6 +26,8 @@ pub(crate) struct SendBuffers {
     /// Bytes per buffer: the largest message the interface sends.
     size: usize,
     device: DeviceRef,
+    /// Times the last idle buffer was taken and the queue stopped.
+    stops: AtomicU64,
 }
 
 impl SendBuffers {
@@ -41,9 +44,15 @@ impl SendBuffers {
                 slots <- new_spinlock_bh!(slots, "SendBuffers::slots"),
                 size,
                 device,
+                stops: AtomicU64::new(0),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Times the queue stopped for want of a buffer.
+    pub(crate) fn stops(&self) -> u64 {
+        self.stops.load(Ordering::Relaxed)
     }
 
     /// Bytes per buffer.
@@ -60,6 +69,7 @@ impl SendBuffers {
             (buf, !slots.iter().any(|s| s.is_some()))
         };
         if last {
+            self.stops.fetch_add(1, Ordering::Relaxed);
             dev.stop_queue();
         }
         buf

@@ -3,7 +3,7 @@
 //! Interface counters, shared by datagram and connected mode and updated without locks.
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::net::dev::Stats64;
+use kernel::{c_str, net::dev::Stats64, str::CStr};
 
 /// What `ip -s link` shows for the interface.
 #[derive(Default)]
@@ -16,6 +16,48 @@ pub(crate) struct Counters {
     pub(crate) tx_bytes: AtomicU64,
     pub(crate) tx_dropped: AtomicU64,
     pub(crate) tx_errors: AtomicU64,
+    /// Multicast and broadcast datagrams received.
+    pub(crate) multicast: AtomicU64,
+    /// Transmit connections established, and attempts that failed before.
+    pub(crate) cm_tx_established: AtomicU64,
+    pub(crate) cm_tx_failed: AtomicU64,
+    /// Receive connections accepted, closed for idleness, and destroyed once drained.
+    pub(crate) cm_rx_accepted: AtomicU64,
+    pub(crate) cm_rx_stale: AtomicU64,
+    pub(crate) cm_rx_drained: AtomicU64,
+    /// Times the UD queue pair was brought back from a failure.
+    pub(crate) qp_recoveries: AtomicU64,
+}
+
+/// What `ethtool -S` shows: the C driver's counters first, then ours.
+pub(crate) const ETHTOOL_STATS: &[&CStr] = &[
+    c_str!("rx_packets"),
+    c_str!("tx_packets"),
+    c_str!("rx_bytes"),
+    c_str!("tx_bytes"),
+    c_str!("tx_errors"),
+    c_str!("rx_dropped"),
+    c_str!("tx_dropped"),
+    c_str!("multicast"),
+    c_str!("rx_errors"),
+    c_str!("queue_stopped"),
+    c_str!("cm_tx_connections"),
+    c_str!("cm_rx_connections"),
+    c_str!("cm_tx_established"),
+    c_str!("cm_tx_failed"),
+    c_str!("cm_rx_accepted"),
+    c_str!("cm_rx_stale_closed"),
+    c_str!("cm_rx_drained"),
+    c_str!("qp_recoveries"),
+    c_str!("neighbours"),
+];
+
+/// Values that are not counters of [`Counters`], for [`Counters::fill_ethtool`].
+pub(crate) struct Gauges {
+    pub(crate) neighbours: u64,
+    pub(crate) queue_stopped: u64,
+    pub(crate) cm_tx_connections: u64,
+    pub(crate) cm_rx_connections: u64,
 }
 
 /// Adds `n` to counter `c`.
@@ -31,5 +73,34 @@ impl Counters {
         stats.set_tx(l(&self.tx_packets), l(&self.tx_bytes));
         stats.set_rx_errors(l(&self.rx_errors), l(&self.rx_dropped));
         stats.set_tx_errors(l(&self.tx_errors), l(&self.tx_dropped));
+    }
+
+    /// Fills `values` in the order of [`ETHTOOL_STATS`].
+    pub(crate) fn fill_ethtool(&self, g: &Gauges, values: &mut [u64]) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let all = [
+            l(&self.rx_packets),
+            l(&self.tx_packets),
+            l(&self.rx_bytes),
+            l(&self.tx_bytes),
+            l(&self.tx_errors),
+            l(&self.rx_dropped),
+            l(&self.tx_dropped),
+            l(&self.multicast),
+            l(&self.rx_errors),
+            g.queue_stopped,
+            g.cm_tx_connections,
+            g.cm_rx_connections,
+            l(&self.cm_tx_established),
+            l(&self.cm_tx_failed),
+            l(&self.cm_rx_accepted),
+            l(&self.cm_rx_stale),
+            l(&self.cm_rx_drained),
+            l(&self.qp_recoveries),
+            g.neighbours,
+        ];
+        for (v, a) in values.iter_mut().zip(all) {
+            *v = a;
+        }
     }
 }

@@ -11,7 +11,7 @@ root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 
 BINARIES=(
-	/usr/sbin/ip /usr/bin/rdma /usr/bin/bash
+	/usr/sbin/ip /usr/sbin/ethtool /usr/bin/rdma /usr/bin/bash
 	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong
 	/usr/bin/ib_send_bw /usr/bin/ib_send_lat /usr/bin/ib_write_bw
 	/usr/bin/netperf /usr/bin/netserver /usr/bin/iperf3

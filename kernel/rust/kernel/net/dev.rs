@@ -6,6 +6,7 @@
 
 use super::{
     dev_attr::{Attribute, AttributeTable, AttributeText},
+    ethtool::{DrvInfo, EthtoolAdapter},
     link::{LinkAttributes, LinkInfo, LinkKind},
     napi::{Napi, NapiHandle},
     rtnl::Rtnl,
@@ -413,6 +414,29 @@ pub trait Operations: Sized + 'static {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
+    /// Fills what `ethtool -i` shows (`ethtool_ops->get_drvinfo`).
+    fn get_drvinfo(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _info: &mut DrvInfo,
+    ) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Names of the counters `ethtool -S` shows, each shorter than
+    /// [`super::ethtool::STRING_LEN`] bytes.
+    const ETHTOOL_STATS: &'static [&'static CStr] = &[];
+
+    /// Fills `values` (zeroed), one per name of [`Operations::ETHTOOL_STATS`]
+    /// (`ethtool_ops->get_ethtool_stats`).
+    fn get_ethtool_stats(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _values: &mut [u64],
+    ) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
     /// Fills the interface counters.
     fn get_stats64(
         _dev: &NetDevice,
@@ -756,6 +780,9 @@ impl<T: Operations> Registration<T> {
             (*raw).netdev_ops = &Adapter::<T>::OPS;
             if T::HAS_HEADER_CREATE || T::HAS_HEADER_PARSE {
                 (*raw).header_ops = &Adapter::<T>::HEADER_OPS;
+            }
+            if EthtoolAdapter::<T>::WANTED {
+                (*raw).ethtool_ops = &EthtoolAdapter::<T>::OPS;
             }
             if let Some(table) = &attributes {
                 // The first group is the driver's; the core adds its own after it.

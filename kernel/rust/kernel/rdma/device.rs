@@ -20,6 +20,9 @@ use core::{
     ptr::NonNull,
 };
 
+/// Bytes of a firmware version string, NUL included ([`Device::fw_version`]).
+pub const FW_VERSION_LEN: usize = bindings::IB_FW_VERSION_NAME_MAX as usize;
+
 /// An RDMA device (`struct ib_device`), as handed to an IB client.
 ///
 /// # Invariants
@@ -87,6 +90,17 @@ impl Device {
         // SAFETY: The RDMA core always stores a NUL-terminated name (`dev_set_name` sized to
         // `IB_DEVICE_NAME_MAX`).
         unsafe { CStr::from_char_ptr(name.as_ptr()) }
+    }
+
+    /// Writes the firmware version the driver reports into `buf` (empty when it reports
+    /// none); returns the written part.
+    pub fn fw_version<'a>(&self, buf: &'a mut [u8; FW_VERSION_LEN]) -> &'a [u8] {
+        buf.fill(0);
+        // SAFETY: By the type invariant the device is valid; `buf` has room for the
+        // `IB_FW_VERSION_NAME_MAX` bytes the core writes at most, NUL included.
+        unsafe { bindings::ib_get_device_fw_str(self.as_raw(), buf.as_mut_ptr().cast()) };
+        let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        &buf[..n]
     }
 
     /// Returns the range of valid port numbers (1-based on every device but switches).

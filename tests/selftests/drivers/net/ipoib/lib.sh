@@ -137,6 +137,9 @@ no_rc_qps() {
 	! rdma res show qp type RC | grep -q "comm \[$MODULE\]"
 }
 
+# ethtool_stat DEV NAME: the counter NAME of `ethtool -S DEV` (empty if absent).
+ethtool_stat() { ethtool -S "$1" 2>/dev/null | awk -v n="$2:" '$1 == n { print $2 }'; }
+
 # frag_creates: IPv4 fragments this host made so far.
 frag_creates() { awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
 

@@ -15,9 +15,12 @@ if ! modinfo "$MODULE" >/dev/null 2>&1; then
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 10
+ktap_set_plan 11
 klog_mark
 start_mark=$KLOG_MARK
+# The driver ages its neighbours at the pace of the ARP table's collection: 1 s here.
+gc_interval=$(sysctl -n net.ipv4.neigh.default.gc_interval)
+sysctl -qw net.ipv4.neigh.default.gc_interval=1
 
 ipoib_check "modprobe $MODULE" modprobe "$MODULE"
 # The interface names the module logged for each device.
@@ -69,6 +72,17 @@ wrong_qkey() {
 }
 ipoib_check "10 datagrams with a wrong Q_Key never reach the driver" wrong_qkey
 ipoib_check "ping still answered after the bad input" ping -c 2 -W 2 198.51.100.2
+# In datagram mode unicast goes over UD through a neighbour's address handle.
+neigh_aged() {
+	local n
+	echo datagram >"/sys/class/net/$ib_a/mode" && ping -c 1 -W 2 198.51.100.2 || return 1
+	n=$(ethtool_stat "$ib_a" neighbours)
+	echo "neighbours in use: $n"
+	[ "${n:-0}" -ge 1 ] && wait_for 10 eval '[ "$(ethtool_stat "$ib_a" neighbours)" = 0 ]' || return 1
+	echo "idle neighbours forgotten"
+	ping -c 1 -W 2 198.51.100.2 && [ "$(ethtool_stat "$ib_a" neighbours)" -ge 1 ]
+}
+ipoib_check "idle neighbours forgotten after two collection intervals, made again on use" neigh_aged
 unload() {
 	rmmod "$MODULE" && ! module_loaded && ! ip -n "$NS" link show "$ib_b" 2>/dev/null
 }
@@ -76,4 +90,5 @@ KLOG_MARK=$start_mark
 ipoib_check "rmmod with an interface in another namespace, kernel log clean" \
 	eval 'unload && klog_clean_since'
 ip netns del "$NS" 2>/dev/null
+sysctl -qw net.ipv4.neigh.default.gc_interval="$gc_interval"
 ktap_finished

@@ -124,7 +124,9 @@ if [ "$role" = client ]; then
 		ip link set eth0 up && wait_for 30 eval 'ip link show ib0 | grep -q LOWER_UP' ||
 			{ ip link show ib0; return 1; }
 		echo "eth0 up: ib0 has its carrier back"
-		wait_for 60 ping -c 1 -W 1 "$ib_peer" && return 0
+		# rxe fails the UD queue pair when a send finds the port down; it is reset.
+		wait_for 60 ping -c 1 -W 1 "$ib_peer" && echo "qp_recoveries $(ethtool_stat ib0 qp_recoveries)" &&
+			return 0
 		ip -s link show ib0
 		ip neigh show dev ib0
 		rdma res show qp type UD

@@ -14,7 +14,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 20
+ktap_set_plan 21
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -131,6 +131,18 @@ rc_qps() {
 	[ "$(rdma res show qp type RC | grep -c "comm \[$MODULE\]")" -ge 2 ]
 }
 ipoib_check "$role: RC queue pairs of $MODULE on rxe0 (one per direction)" rc_qps
+# ethtool: the driver and its RDMA device, and counters of both modes.
+ethtool_shows() {
+	local s
+	ethtool -i ib0 && ethtool -S ib0 || return 1
+	ethtool -i ib0 | grep -qx "driver: ib_ipoib" && ethtool -i ib0 | grep -qx "bus-info: rxe0" || return 1
+	for s in rx_packets tx_packets multicast cm_tx_connections cm_rx_connections cm_tx_established cm_rx_accepted; do
+		[ "$(ethtool_stat ib0 $s)" -ge 1 ] || { echo "$s is not counted"; return 1; }
+	done
+	[ "$(ethtool -S ib0 | grep -c :)" -ge 18 ] &&
+		! ethtool -C ib0 rx-usecs 10 2>/dev/null
+}
+ipoib_check "$role: ethtool -i and -S on ib0 (driver, device, connected-mode counters)" ethtool_shows
 
 # A bulk transfer, checked end to end: the client sends, the server compares checksums.
 BULK=/tmp/bulk.bin
@@ -246,7 +258,9 @@ else
 		wait_for 90 eval 'dmesg | grep "idle receive connection(s) closed"' || return 1
 		# Destroyed as soon as its queue pair reports its last receive (the fallback
 		# without that report waits 5 s); our transmit connection stays.
-		wait_for 2 eval '[ "$(rc_qp_count)" = 1 ]'
+		wait_for 2 eval '[ "$(rc_qp_count)" = 1 ]' || return 1
+		echo "ethtool: cm_rx_stale_closed $(ethtool_stat ib0 cm_rx_stale_closed), cm_rx_drained $(ethtool_stat ib0 cm_rx_drained)"
+		[ "$(ethtool_stat ib0 cm_rx_stale_closed)" -ge 1 ] && [ "$(ethtool_stat ib0 cm_rx_drained)" -ge 1 ]
 	}
 	ipoib_check "$role: idle receive connection closed after cm_stale_secs=3, destroyed once drained" stale_logged
 fi

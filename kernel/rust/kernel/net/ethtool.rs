@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! ethtool operations (`struct ethtool_ops`): `ethtool -i` and `ethtool -S` for the devices
+//! of a driver, from its [`Operations`] implementation.
+//!
+//! C header: [`include/linux/ethtool.h`](srctree/include/linux/ethtool.h).
+
+use super::dev::{Adapter, NetDevice, Operations};
+use crate::{bindings, ffi::c_int, str::CStr};
+use core::marker::PhantomData;
+
+/// Bytes of one counter name in `ethtool -S`, NUL included.
+pub const STRING_LEN: usize = bindings::ETH_GSTRING_LEN as usize;
+
+/// What `ethtool -i` shows of a device (`struct ethtool_drvinfo`).
+#[repr(transparent)]
+pub struct DrvInfo(bindings::ethtool_drvinfo);
+
+/// Copies `s` into `dst`, cut to fit, NUL-terminated.
+fn copy_str(dst: &mut [crate::ffi::c_char], s: &[u8]) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, &b) in dst.iter_mut().zip(&s[..n]) {
+        *d = b as crate::ffi::c_char;
+    }
+    if let Some(end) = dst.get_mut(n) {
+        *end = 0;
+    }
+}
+
+impl DrvInfo {
+    /// The driver's name.
+    pub fn set_driver(&mut self, s: &CStr) {
+        copy_str(&mut self.0.driver, s.as_bytes());
+    }
+
+    /// The driver's version.
+    pub fn set_version(&mut self, s: &CStr) {
+        copy_str(&mut self.0.version, s.as_bytes());
+    }
+
+    /// The firmware's version.
+    pub fn set_fw_version(&mut self, s: &[u8]) {
+        copy_str(&mut self.0.fw_version, s);
+    }
+
+    /// Where the hardware sits (a bus address, or the name of the device carrying it).
+    pub fn set_bus_info(&mut self, s: &[u8]) {
+        copy_str(&mut self.0.bus_info, s);
+    }
+}
+
+pub(crate) struct EthtoolAdapter<T: Operations>(PhantomData<T>);
+
+impl<T: Operations> EthtoolAdapter<T> {
+    /// Whether `T` offers any ethtool operation.
+    pub(crate) const WANTED: bool = T::HAS_GET_DRVINFO || T::HAS_GET_ETHTOOL_STATS;
+
+    pub(crate) const OPS: bindings::ethtool_ops = bindings::ethtool_ops {
+        get_drvinfo: if T::HAS_GET_DRVINFO {
+            Some(Self::get_drvinfo_callback)
+        } else {
+            None
+        },
+        get_link: Some(bindings::ethtool_op_get_link),
+        get_sset_count: if T::HAS_GET_ETHTOOL_STATS {
+            Some(Self::get_sset_count_callback)
+        } else {
+            None
+        },
+        get_strings: if T::HAS_GET_ETHTOOL_STATS {
+            Some(Self::get_strings_callback)
+        } else {
+            None
+        },
+        get_ethtool_stats: if T::HAS_GET_ETHTOOL_STATS {
+            Some(Self::get_ethtool_stats_callback)
+        } else {
+            None
+        },
+        // SAFETY: The other members are optional callbacks and integers; zero is `None`/0.
+        ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
+    };
+
+    /// # Safety
+    ///
+    /// Called by the ethtool core only, for a registered device of ours, with `info` valid
+    /// for writes.
+    unsafe extern "C" fn get_drvinfo_callback(
+        dev: *mut bindings::net_device,
+        info: *mut bindings::ethtool_drvinfo,
+    ) {
+        // SAFETY: The core passes a valid registered device of ours and a writable block;
+        // `DrvInfo` is `repr(transparent)` over it.
+        let (ndev, data, info) = unsafe {
+            (
+                NetDevice::from_raw(dev),
+                Adapter::<T>::data(dev),
+                &mut *info.cast::<DrvInfo>(),
+            )
+        };
+        T::get_drvinfo(ndev, data, info);
+    }
+
+    /// # Safety
+    ///
+    /// Called by the ethtool core only, for a registered device of ours.
+    unsafe extern "C" fn get_sset_count_callback(
+        _dev: *mut bindings::net_device,
+        sset: c_int,
+    ) -> c_int {
+        if sset == bindings::ethtool_stringset_ETH_SS_STATS as c_int {
+            T::ETHTOOL_STATS.len() as c_int
+        } else {
+            -(bindings::EOPNOTSUPP as c_int)
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the ethtool core only, with `data` valid for writes of as many
+    /// [`STRING_LEN`]-byte names as `get_sset_count` announced for `sset`.
+    unsafe extern "C" fn get_strings_callback(
+        _dev: *mut bindings::net_device,
+        sset: u32,
+        data: *mut u8,
+    ) {
+        if sset != bindings::ethtool_stringset_ETH_SS_STATS {
+            return;
+        }
+        let names = T::ETHTOOL_STATS;
+        // SAFETY: The core sized `data` from `get_sset_count` for this set.
+        let out = unsafe { core::slice::from_raw_parts_mut(data, names.len() * STRING_LEN) };
+        out.fill(0);
+        let mut at = 0;
+        for name in names {
+            let bytes = name.as_bytes();
+            let n = bytes.len().min(STRING_LEN - 1);
+            if let (Some(dst), Some(src)) = (out.get_mut(at..at + n), bytes.get(..n)) {
+                dst.copy_from_slice(src);
+            }
+            at += STRING_LEN;
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the ethtool core only, for a registered device of ours, with `values` valid
+    /// for writes of as many counters as `get_sset_count` announced.
+    unsafe extern "C" fn get_ethtool_stats_callback(
+        dev: *mut bindings::net_device,
+        _stats: *mut bindings::ethtool_stats,
+        values: *mut u64,
+    ) {
+        // SAFETY: The core passes a valid registered device of ours and room for one value
+        // per counter name.
+        let (ndev, data, values) = unsafe {
+            (
+                NetDevice::from_raw(dev),
+                Adapter::<T>::data(dev),
+                core::slice::from_raw_parts_mut(values, T::ETHTOOL_STATS.len()),
+            )
+        };
+        values.fill(0);
+        T::get_ethtool_stats(ndev, data, values);
+    }
+}
