@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Benchmarks: two guests on soft-RoCE, on the same link and in the same run, at Ethernet MTU
+# 1500 and 9000: raw RC and UD verbs bandwidth (ib_send_bw), TCP over the Ethernet link,
+# IPoIB datagram mode and connected mode at MTU 65520 (netperf), each repeated
+# IPOIB_RS_BENCH_RUNS times (default 3). Prints a table of medians and spreads with the
+# ratios to raw RC bandwidth, and writes bench/results/latest.json (every figure with its
+# unit) and bench/results/latest.png (a chart, when gnuplot is installed).
+# Usage: scripts/bench.sh [--from LOGDIR]   (--from: summarise an earlier run's logs again)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+runs=${IPOIB_RS_BENCH_RUNS:-3}
+dest=$REPO/bench/results
+rc=0
+if [ "${1:-}" = --from ]; then
+	logs=${2:?usage: bench.sh --from LOGDIR}
+else
+	"$REPO/scripts/setup.sh"
+	"$REPO/scripts/build.sh"
+	"$REPO/scripts/initramfs.sh"
+	run=$(date +%Y%m%d-%H%M%S)-bench
+	IPOIB_RS_RUN=$run IPOIB_RS_VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-3000} \
+		IPOIB_RS_GUEST_ARGS="ipoibrs.benchruns=$runs" \
+		"$REPO/scripts/vm.sh" two-hosts two_hosts_bench.sh || rc=$?
+	logs=$OUT/logs/$run
+fi
+lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
+runs=$(echo "$lines" | awk '{ if ($4 > n) n = $4 } END { print n + 0 }')
+[ -n "$lines" ] || die "no figures in $logs/host1.results"
+mkdir -p "$dest"
+
+# Medians, spreads and ratios, as a table and as JSON. Lines: BENCH mtu name run value unit cpu.
+echo "$lines" | awk -v runs="$runs" -v json="$dest/latest.json" -v dat="$dest/latest.dat" -v when="$(date -u +%FT%TZ)" '
+function median(key,   n, i, j, t, a) {
+	n = split(vals[key], a, " ")
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+	lo[key] = a[1]; hi[key] = a[n]
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+$1 == "BENCH" {
+	key = $2 " " $3
+	if (!(key in unit)) { order[++nkeys] = key }
+	vals[key] = vals[key] " " $5; unit[key] = $6
+	if ($7 != "-") cpu[key] = cpu[key] " " $7
+}
+END {
+	for (i = 1; i <= nkeys; i++) {
+		key = order[i]; med[key] = median(key)
+		if (unit[key] == "Mbit/s" && cpu[key] != "") { vals["cpu " key] = cpu[key]; cmed[key] = median("cpu " key) }
+	}
+	printf "%-6s %-34s %10s %18s %7s %9s\n", "MTU", "measurement", "median", "min..max", "/ RC", "CPU s/MB"
+	printf "{\n  \"date\": \"%s\",\n  \"runs\": %d,\n  \"figures\": [\n", when, runs > json
+	for (i = 1; i <= nkeys; i++) {
+		key = order[i]; split(key, k, " "); mtu = k[1]; name = k[2]
+		rc = med[mtu " rc_verbs_bw"]
+		ratio = (unit[key] == "Mbit/s" && rc > 0) ? sprintf("%.3f", med[key] / rc) : ""
+		printf "%-6s %-34s %10.2f %18s %7s %9s\n", mtu, name " (" unit[key] ")", med[key], sprintf("%.2f..%.2f", lo[key], hi[key]), ratio, (key in cmed) ? sprintf("%.4f", cmed[key]) : ""
+		printf "    {\"eth_mtu\": %d, \"name\": \"%s\", \"unit\": \"%s\", \"median\": %.3f, \"min\": %.3f, \"max\": %.3f%s%s}%s\n", mtu, name, unit[key], med[key], lo[key], hi[key], ratio != "" ? ", \"ratio_to_rc_verbs\": " ratio : "", (key in cmed) ? sprintf(", \"client_cpu_s_per_mb\": %.4f", cmed[key]) : "", i < nkeys ? "," : "" > json
+		if (unit[key] == "Mbit/s") bars[mtu] = bars[mtu] sprintf("%s %.3f\n", name, med[key])
+	}
+	m = "1500"
+	r1 = med[m " rc_verbs_bw"] > 0 ? med[m " connected_tcp"] / med[m " rc_verbs_bw"] : 0
+	r2 = med[m " datagram_tcp"] > 0 ? med[m " connected_tcp"] / med[m " datagram_tcp"] : 0
+	r3 = med[m " datagram_tcp_rr"] > 0 ? med[m " connected_tcp_rr"] / med[m " datagram_tcp_rr"] : 0
+	printf "  ],\n  \"connected_tcp_to_rc_verbs_ratio\": %.3f,\n  \"connected_to_datagram_tcp_ratio\": %.3f,\n  \"connected_to_datagram_tcp_rr_ratio\": %.3f\n}\n", r1, r2, r3 > json
+	printf "\nAt Ethernet MTU 1500: connected TCP / raw RC verbs %.2f (target 0.90), connected / datagram TCP %.2f (target 2), connected / datagram TCP_RR rate %.2f (target 0.90 or more)\n", r1, r2, r3
+	n = split("rc_verbs_bw ud_verbs_bw eth_tcp datagram_tcp datagram_udp connected_tcp connected_udp connected_tcp_4_streams", names, " ")
+	for (i = 1; i <= n; i++) printf "%s %.3f %.3f\n", names[i], med["1500 " names[i]], med["9000 " names[i]] > dat
+}'
+echo "wrote $dest/latest.json"
+if command -v gnuplot >/dev/null; then
+	gnuplot <<EOF
+set terminal pngcairo size 1000,560 noenhanced font ",10"
+set output "$dest/latest.png"
+set title "ipoib-rs on soft-RoCE under TCG: medians of $runs runs (Mbit/s)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set xtics rotate by -30
+set grid ytics
+set ylabel "Mbit/s"
+set key top left
+plot "$dest/latest.dat" using 2:xtic(1) title "Ethernet MTU 1500", "" using 3 title "Ethernet MTU 9000"
+EOF
+	echo "wrote $dest/latest.png"
+else
+	echo "gnuplot not installed: no chart"
+fi
+rm -f "$dest/latest.dat"
+echo "logs: $logs"
+exit $rc
