@@ -180,7 +180,7 @@ impl TxConnection {
         let c = &self.port.counters;
         let mut s = self.state.lock();
         match s.phase {
-            TxPhase::Live if s.held.is_empty() => self.post(&s, skb, dev),
+            TxPhase::Live if s.held.is_empty() => self.post(&s, skb, dev, true),
             TxPhase::New | TxPhase::Connecting | TxPhase::Live => {
                 if s.held.push(skb).is_err() {
                     bump(&c.tx_dropped, 1);
@@ -197,8 +197,12 @@ impl TxConnection {
     }
 
     /// Posts `skb` on the established connection; called with the state lock held, which
-    /// keeps packets in order.
-    fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice) {
+    /// keeps packets in order. A packet over the peer's MTU is dropped; from the transmit
+    /// path (`report`) the sender is also told the path MTU. Not from NAPI: the ICMP of a
+    /// forwarded packet may leave through this interface, whose transmit path would then
+    /// wait for the lock held here (from the transmit path the device's qdisc, already
+    /// running, only queues it).
+    fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice, report: bool) {
         let c = &self.port.counters;
         let Some(link) = s.link.as_ref() else {
             bump(&c.tx_dropped, 1);
@@ -211,7 +215,9 @@ impl TxConnection {
         let mtu = self.mtu.load(Ordering::Relaxed);
         if len > mtu + wire::ENCAP_HEADER_LEN as u32 || len as usize > self.port.buffers.size() {
             // More than the peer takes: the stack learns its MTU, as from a router.
-            let _ = skb.report_too_big(mtu);
+            if report {
+                let _ = skb.report_too_big(mtu);
+            }
             bump(&c.tx_dropped, 1);
             return;
         }
@@ -368,7 +374,7 @@ impl TxConnection {
         }
         while s.phase == TxPhase::Live && !s.held.is_empty() && self.port.buffers.any_idle() {
             if let Some(skb) = s.held.pop() {
-                self.post(&s, skb, dev);
+                self.post(&s, skb, dev, false);
             }
         }
         drop(s);

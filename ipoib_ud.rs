@@ -426,7 +426,8 @@ impl UdPort {
     }
 
     /// The length of the message `skb` carries after its pseudo header, if it fits a
-    /// datagram; otherwise drops it, counted.
+    /// datagram; otherwise drops it, counted. From the transmit path only (see
+    /// `TxConnection::post` on reporting the path MTU).
     fn sendable_len(&self, skb: &mut SkBuff) -> Option<u32> {
         let c = &self.counters;
         let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
@@ -482,7 +483,7 @@ impl UdPort {
             if !slot.as_ref().is_some_and(|(gid, _)| neigh.contains(&gid.0)) {
                 continue;
             }
-            let Some((gid, mut skb)) = slot.take() else {
+            let Some((gid, skb)) = slot.take() else {
                 continue;
             };
             self.pending_count.fetch_sub(1, Ordering::Relaxed);
@@ -490,7 +491,9 @@ impl UdPort {
             let dest = skb
                 .copy_bits(0, &mut hdr)
                 .map(|()| HwAddr::from_bytes(&hdr));
-            let (Ok(Ok(dest)), Some(len)) = (dest, self.sendable_len(&mut skb)) else {
+            // Its size was checked when it was held.
+            let len = skb.len().saturating_sub(HWADDR_LEN as u32);
+            let Ok(Ok(dest)) = dest else {
                 bump(&self.counters.tx_dropped, 1);
                 continue;
             };
