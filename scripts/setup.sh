@@ -4,6 +4,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
+CARGO_FUZZ_VERSION=0.13.1
 APT_PACKAGES=(
 	linux-source-6.12 clang lld llvm libclang-dev bc flex bison libelf-dev libssl-dev
 	cpio xz-utils kmod make rsync patch qemu-system-x86 busybox-static iproute2
@@ -52,5 +53,11 @@ if ! "$TOOLS/bin/bindgen" --version 2>/dev/null | grep -q "$BINDGEN_VERSION"; th
 	log "cargo install bindgen-cli $BINDGEN_VERSION"
 	cargo +"$RUST_VERSION" install --locked --quiet --root "$TOOLS" \
 		bindgen-cli --version "$BINDGEN_VERSION"
+fi
+# cargo fuzz, for the wire-format fuzzing step of the test suite.
+if ! "$TOOLS/bin/cargo-fuzz" --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+	log "cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
+	cargo +"$RUST_VERSION" install --locked --quiet --root "$TOOLS" \
+		cargo-fuzz --version "$CARGO_FUZZ_VERSION"
 fi
 log "set-up complete"

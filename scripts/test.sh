@@ -48,6 +48,26 @@ if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
 	failed=$((failed + 1))
 fi
 
+# The wire parsers fuzzed for a bounded time (libFuzzer through cargo fuzz; the stable
+# toolchain is let use the sanitizer flags). A crash input is kept as a regression test.
+fuzz_secs=${IPOIB_RS_FUZZ_SECS:-30}
+fuzz_dir=$REPO/tests/wire/fuzz
+mkdir -p "$CACHE/fuzz-corpus"
+if out=$(cd "$fuzz_dir" && RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$CACHE/fuzz-target \
+	cargo fuzz run wire_parsers "$CACHE/fuzz-corpus" -- -max_total_time="$fuzz_secs" 2>&1); then
+	runs=$(echo "$out" | sed -nE 's/^Done ([0-9]+) runs.*/\1/p' | tail -n 1)
+	echo "ok - fuzz: wire parsers, ${runs:-?} inputs in ${fuzz_secs} s, no failure"
+	passed=$((passed + 1))
+else
+	echo "$out" | grep -E 'panicked|ERROR|Test unit written' | head -n 5 | sed 's/^/#   /'
+	for crash in "$fuzz_dir"/artifacts/wire_parsers/crash-*; do
+		[ -f "$crash" ] && mv "$crash" "$fuzz_dir/regressions/" &&
+			echo "#   kept as tests/wire/fuzz/regressions/${crash##*/}"
+	done
+	echo "not ok - fuzz: wire parsers"
+	failed=$((failed + 1))
+fi
+
 # Guests.
 stamp=$(date +%Y%m%d-%H%M%S)
 for topology in one-host two-hosts; do
