@@ -1,0 +1,95 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Stress, not part of the default run: scripts/stress.sh runs it (on the debug kernel) with
+# IPOIB_STRESS_CYCLES set; without it the program skips. In connected mode at MTU 65520,
+# the client switches ib0's mode IPOIB_STRESS_CYCLES times under a TCP stream, then
+# unloads and reloads the module as many times, every other time while a stream runs;
+# the server serves and checks that its connections are cleaned up. Each case prints what
+# it did; any kernel trouble fails it.
+. "$(dirname "$0")/lib.sh"
+
+CYCLES=${IPOIB_STRESS_CYCLES:-}
+SYNC=5006
+
+ktap_print_header
+if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
+	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
+	exit "$KSFT_SKIP"
+fi
+if [ -z "$CYCLES" ]; then
+	ktap_skip_all "a stress run: scripts/stress.sh runs it (IPOIB_STRESS_CYCLES)"
+	exit "$KSFT_SKIP"
+fi
+ktap_set_plan 5
+role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
+case "$role" in
+server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
+*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
+esac
+klog_mark
+start_mark=$KLOG_MARK
+
+ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+cm_up() {
+	modprobe "$MODULE" && echo connected >/sys/class/net/ib0/mode &&
+		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
+}
+ipoib_check "$role: ib0 up in connected mode, MTU 65520" cm_up
+
+if [ "$role" = server ]; then
+	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+	# The client switches modes, then cycles its module; the server serves throughout.
+	served() {
+		wait_peer "$SYNC" 3000 || return 1
+		echo "client done; ib0: $(ethtool -S ib0 | awk '$1 ~ /^(rx_packets|cm_rx_accepted|cm_rx_drained|rx_errors):$/ { printf "%s %s ", $1, $2 }')"
+		# Every connection the client opened went with its module.
+		wait_for 30 eval '[ "$(ethtool_stat ib0 cm_rx_connections)" = 0 ]'
+	}
+	ipoib_check "$role: served $CYCLES mode switches and $CYCLES module reloads of the client" served
+	ipoib_skip "$role: mode switched $CYCLES times under a TCP stream" "the client switches"
+	kill $(pidof netserver) 2>/dev/null
+else
+	switches() {
+		local i pid ok=0
+		wait_for 60 ping -c 1 -W 2 "$ib_peer" || return 1
+		timeout 3000 netperf -H "$ib_peer" -t TCP_STREAM -l 3000 -P 0 -- -m 65536 >/tmp/stream.log 2>&1 &
+		pid=$!
+		sleep 2
+		for i in $(seq "$CYCLES"); do
+			echo datagram >/sys/class/net/ib0/mode && sleep 0.1 &&
+				echo connected >/sys/class/net/ib0/mode && ok=$((ok + 1))
+			sleep 0.1
+		done
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		echo "$ok of $CYCLES switches both ways; ib0 tx_packets $(ethtool_stat ib0 tx_packets), tx_errors $(ethtool_stat ib0 tx_errors), connections made $(ethtool_stat ib0 cm_tx_established)"
+		[ "$ok" = "$CYCLES" ] && wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer"
+	}
+	ipoib_check "$role: mode switched $CYCLES times under a TCP stream" switches
+	reloads() {
+		local i pid loaded=0 under=0
+		for i in $(seq "$CYCLES"); do
+			pid=
+			if [ $((i % 2)) = 0 ]; then
+				timeout 60 netperf -H "$ib_peer" -t TCP_STREAM -l 30 -P 0 -- -m 65536 >/dev/null 2>&1 &
+				pid=$!
+				sleep 1
+				under=$((under + 1))
+			fi
+			rmmod "$MODULE" || { echo "rmmod failed at cycle $i"; return 1; }
+			[ -n "$pid" ] && wait "$pid" 2>/dev/null
+			cm_up || { echo "reload failed at cycle $i"; return 1; }
+			wait_for 30 ping -c 1 -W 2 "$ib_peer" || { echo "no ping after reload $i"; return 1; }
+			loaded=$((loaded + 1))
+		done
+		echo "$loaded reloads, $under of them under a TCP stream"
+		rmmod "$MODULE"
+	}
+	ipoib_check "$role: module reloaded $CYCLES times, every other one under a stream" reloads
+	tell_peer "$SYNC"
+fi
+module_loaded && rmmod "$MODULE"
+KLOG_MARK=$start_mark
+ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
+ktap_finished
