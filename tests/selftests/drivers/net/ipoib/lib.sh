@@ -154,6 +154,25 @@ finish_together() {
 	fi
 }
 
+# two_hosts_roles [VAR REASON]: skips the program unless both hosts are named
+# (IPOIB_ROLE, IPOIB_LOCAL_IP, IPOIB_PEER_IP) and, if given, VAR is set (REASON says who
+# sets it); then sets role, peer, and ib0's addresses ib_local and ib_peer.
+two_hosts_roles() {
+	if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
+		ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
+		exit "$KSFT_SKIP"
+	fi
+	if [ -n "${1:-}" ] && [ -z "${!1:-}" ]; then
+		ktap_skip_all "$2 ($1)"
+		exit "$KSFT_SKIP"
+	fi
+	role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
+	case "$role" in
+	server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
+	*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
+	esac
+}
+
 # Rendezvous over the Ethernet link: wait_peer PORT SECONDS waits for the peer's
 # tell_peer PORT (which retries for up to 60 s until the peer listens).
 wait_peer() { timeout "$2" nc -l -p "$1" </dev/null >/dev/null; }

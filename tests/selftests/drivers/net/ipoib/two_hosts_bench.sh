@@ -12,20 +12,8 @@ SECS=5
 SYNC=5005 RC_PORT=18515 UD_PORT=18516
 
 ktap_print_header
-if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
-	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
-	exit "$KSFT_SKIP"
-fi
-if [ -z "$RUNS" ]; then
-	ktap_skip_all "a benchmark: scripts/bench.sh runs it (IPOIB_BENCH_RUNS)"
-	exit "$KSFT_SKIP"
-fi
+two_hosts_roles IPOIB_BENCH_RUNS "a benchmark: scripts/bench.sh runs it"
 ktap_set_plan 4
-role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
-case "$role" in
-server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
-*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
-esac
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
 
 # cpu_busy: jiffies the CPUs spent busy so far (all but idle and iowait).

@@ -12,20 +12,8 @@ CYCLES=${IPOIB_STRESS_CYCLES:-}
 SYNC=5006
 
 ktap_print_header
-if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
-	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
-	exit "$KSFT_SKIP"
-fi
-if [ -z "$CYCLES" ]; then
-	ktap_skip_all "a stress run: scripts/stress.sh runs it (IPOIB_STRESS_CYCLES)"
-	exit "$KSFT_SKIP"
-fi
+two_hosts_roles IPOIB_STRESS_CYCLES "a stress run: scripts/stress.sh runs it"
 ktap_set_plan 5
-role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
-case "$role" in
-server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
-*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
-esac
 klog_mark
 start_mark=$KLOG_MARK
 
