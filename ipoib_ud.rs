@@ -350,6 +350,7 @@ impl UdPort {
             },
         )?;
         self.qp.ready(self.port, 0, wire::DEFAULT_QKEY)?;
+        // NAPI may repost a buffer it took just before the reset: count what is posted.
         let wanted = self.recv_ring as usize;
         let mut kept = kept.into_iter();
         while self.qp.recvs_posted() < wanted {
@@ -480,10 +481,13 @@ impl UdPort {
         let mut pending = self.pending.lock();
         let now = now_ms();
         for slot in pending.iter_mut() {
-            if !slot.as_ref().is_some_and(|(gid, _)| neigh.contains(&gid.0)) {
+            let Some(gid) = slot.as_ref().map(|(gid, _)| gid.0) else {
                 continue;
-            }
-            let Some((gid, skb)) = slot.take() else {
+            };
+            let Some(ah) = neigh.get(&gid, now) else {
+                continue;
+            };
+            let Some((_, skb)) = slot.take() else {
                 continue;
             };
             self.pending_count.fetch_sub(1, Ordering::Relaxed);
@@ -491,15 +495,13 @@ impl UdPort {
             let dest = skb
                 .copy_bits(0, &mut hdr)
                 .map(|()| HwAddr::from_bytes(&hdr));
-            // Its size was checked when it was held.
-            let len = skb.len().saturating_sub(HWADDR_LEN as u32);
             let Ok(Ok(dest)) = dest else {
                 bump(&self.counters.tx_dropped, 1);
                 continue;
             };
-            if let Some(ah) = neigh.get(&gid.0, now) {
-                self.post(skb, &dest, ah, len, dev);
-            }
+            // Its size was checked when it was held.
+            let len = skb.len().saturating_sub(HWADDR_LEN as u32);
+            self.post(skb, &dest, ah, len, dev);
         }
     }
 
