@@ -8,7 +8,7 @@
 use crate::{
     cq::TxCqEvents,
     ipoib_cm::CmPort,
-    send_buffers::SendBuffers,
+    send_credits::SendCredits,
     stats::bump,
     wire::{self, CmPrivateData, HwAddr, CM_MTU, HWADDR_LEN},
 };
@@ -103,18 +103,16 @@ pub(crate) enum TxPhase {
 pub(crate) struct TxLink {
     qp: Pin<KBox<QueuePair>>,
     cq: Arc<CompletionQueue<TxCqEvents>>,
-    buffers: Arc<SendBuffers>,
+    credits: Arc<SendCredits>,
 }
 
 impl Drop for TxLink {
     fn drop(&mut self) {
-        // Sends still in flight lose their buffers with the queue pair: replace them, or the
-        // interface would run out.
+        // Sends still in flight go with the queue pair: their credits come back here, and
+        // NAPI wakes the queue if it waited for them.
         let lost = self.qp.sends_in_flight();
         if lost > 0 {
-            if let Err(e) = self.buffers.replace_lost(lost) {
-                pr_warn!("{} send buffers not replaced ({:?})\n", lost, e);
-            }
+            self.credits.give(lost as u32);
             self.cq.handler().kick();
         }
     }
@@ -131,7 +129,7 @@ pub(crate) struct TxState {
 
 impl TxState {
     /// Whether NAPI has work here: completions, or held packets of an established
-    /// connection (held back when the send buffers ran out).
+    /// connection (held back when the send credits ran out).
     pub(crate) fn needs_poll(&self) -> bool {
         self.link.as_ref().is_some_and(|l| l.cq.handler().fired())
             || (self.phase == TxPhase::Live && !self.held.is_empty())
@@ -213,7 +211,7 @@ impl TxConnection {
             return;
         };
         let mtu = self.mtu.load(Ordering::Relaxed);
-        if len > mtu + wire::ENCAP_HEADER_LEN as u32 || len as usize > self.port.buffers.size() {
+        if len > mtu + wire::ENCAP_HEADER_LEN as u32 {
             // More than the peer takes: the stack learns its MTU, as from a router.
             if report {
                 let _ = skb.report_too_big(mtu);
@@ -221,19 +219,18 @@ impl TxConnection {
             bump(&c.tx_dropped, 1);
             return;
         }
-        let n = len as usize;
-        let Some(buf) = self.port.buffers.load(&skb, n, dev) else {
+        if !self.port.credits.take(dev) {
             bump(&c.tx_dropped, 1);
             return;
-        };
-        skb.consume();
-        match link.qp.post_send(buf, n) {
+        }
+        match link.qp.post_skb(skb, HWADDR_LEN as u32) {
             Ok(()) => {
                 bump(&c.tx_packets, 1);
                 bump(&c.tx_bytes, u64::from(len));
             }
-            Err((_, buf)) => {
-                self.port.buffers.give(buf);
+            Err((_, skb)) => {
+                self.port.credits.give(1);
+                drop(skb);
                 bump(&c.tx_errors, 1);
             }
         }
@@ -253,7 +250,7 @@ impl TxConnection {
             TxLink {
                 qp,
                 cq,
-                buffers: port.buffers.clone(),
+                credits: port.credits.clone(),
             },
             GFP_KERNEL,
         )?;
@@ -342,11 +339,17 @@ impl TxConnection {
                     let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
                     let n = link.cq.poll(&mut wcs).unwrap_or(0);
                     for wc in &wcs[..n] {
-                        if let Some(buf) = link.qp.complete_send(wc) {
-                            self.port.buffers.give(buf);
+                        let sent = link.qp.complete_send(wc);
+                        if sent.is_some() {
+                            self.port.credits.give(1);
                         }
                         match wc.status() {
-                            WcStatus::Success | WcStatus::Flushed => {}
+                            WcStatus::Success => {
+                                if let Some(sent) = sent {
+                                    crate::ipoib_ud::consume(sent);
+                                }
+                            }
+                            WcStatus::Flushed => {}
                             WcStatus::Error(status) => {
                                 bump(&self.port.counters.tx_errors, 1);
                                 if !failed {
@@ -372,7 +375,7 @@ impl TxConnection {
                 }
             }
         }
-        while s.phase == TxPhase::Live && !s.held.is_empty() && self.port.buffers.any_idle() {
+        while s.phase == TxPhase::Live && !s.held.is_empty() && self.port.credits.any_idle() {
             if let Some(skb) = s.held.pop() {
                 self.post(&s, skb, dev, false);
             }

@@ -31,7 +31,7 @@ mod neigh;
 mod netdev;
 mod params;
 mod rx;
-mod send_buffers;
+mod send_credits;
 mod stats;
 /// Wire formats, shared byte for byte with C peers; also built and tested on the host.
 pub mod wire;
@@ -209,6 +209,7 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
     let (mtu, max_mtu) = (datapath.mtu, datapath.mode_max_mtu());
     // Packets the stack may queue for us: twice the send ring, as the C driver does.
     let tx_queue_len = 2 * datapath.send_ring;
+    let scatter_gather = datapath.scatter_gather;
     let mut netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
         datapath.local.as_bytes(),
@@ -216,6 +217,9 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
         Some(&napi),
         |setup| {
             setup.set_tx_queue_len(tx_queue_len);
+            if scatter_gather {
+                setup.set_scatter_gather();
+            }
             setup.set_mtu(mtu, 68, max_mtu)
         },
     )?;

@@ -15,7 +15,7 @@ use crate::{
     cm_rx::{CmListen, RxConnection},
     cm_tx::{TxConnection, TxPhase},
     params, rx,
-    send_buffers::SendBuffers,
+    send_credits::SendCredits,
     stats::{bump, Counters},
     wire::{self, CmPrivateData, HwAddr, CM_BUF_SIZE, HWADDR_LEN},
 };
@@ -75,13 +75,13 @@ pub(crate) struct CmPort {
     local_qpn: u32,
     /// The path MTU of connections (the port's active MTU).
     pub(crate) path_mtu: Mtu,
-    /// Sends a transmit connection's queue pair and CQ take: all the send buffers.
+    /// Sends a transmit connection's queue pair and CQ take: all the interface's credits.
     pub(crate) send_ring: u32,
     pub(crate) pd: Arc<ProtectionDomain>,
     pub(crate) srq: Arc<SharedReceiveQueue<ScatterBuffer>>,
     /// The interface's receive CQ, shared with the UD queue pair.
     pub(crate) recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
-    pub(crate) buffers: Arc<SendBuffers>,
+    pub(crate) credits: Arc<SendCredits>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) napi: NapiHandle,
     /// Whether connections are made and accepted (the interface is up).
@@ -126,7 +126,7 @@ impl CmPort {
         (send_ring, srq_size): (u32, u32),
         pd: &Arc<ProtectionDomain>,
         recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
-        buffers: Arc<SendBuffers>,
+        credits: Arc<SendCredits>,
         counters: Arc<Counters>,
         napi: &NapiHandle,
     ) -> Result<Arc<Self>> {
@@ -146,7 +146,7 @@ impl CmPort {
                 pd: pd.clone(),
                 srq,
                 recv_cq,
-                buffers,
+                credits,
                 counters,
                 napi: napi.clone(),
                 open: AtomicBool::new(false),
@@ -187,7 +187,7 @@ impl CmPort {
         let caps = QpCaps {
             max_send_wr: send_wr,
             max_recv_wr: 0,
-            max_send_sge: 1,
+            max_send_sge: crate::ipoib_ud::send_sges(&self.device),
             max_recv_sge: 0,
         };
         let qp = QueuePair::with_events(

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Datagram mode: one UD queue pair per interface, a receive ring refilled from NAPI, a
-//! pool of send buffers, and address handles per destination.
+//! Datagram mode: one UD queue pair per interface, a receive ring refilled from NAPI, sends
+//! straight from the packets' memory (bounded by the interface's send credits), and address
+//! handles per destination.
 
 use crate::{
     cq::CqEvents,
@@ -9,9 +10,9 @@ use crate::{
     mcast::{Joined, McastGroups},
     neigh::{Neighbours, REAP_BATCH},
     params, rx,
-    send_buffers::SendBuffers,
+    send_credits::SendCredits,
     stats::{bump, Counters, Gauges},
-    wire::{self, HwAddr, CM_BUF_SIZE, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
+    wire::{self, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use kernel::{
@@ -31,9 +32,9 @@ use kernel::{
         ah::{AddressHandle, AhAttr},
         cq::{CompletionQueue, WcStatus, WorkCompletion},
         device::{Device, DeviceRef, Gid, FW_VERSION_LEN},
-        dma::{DmaBuffer, DmaDirection},
+        dma::{DmaBuffer, DmaDirection, MAX_SKB_SEGMENTS},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpType, QueuePair, State},
+        qp::{QpCaps, QpType, QueuePair, Sent, State},
         srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, SpinLockBh},
@@ -81,8 +82,10 @@ pub(crate) struct UdPort {
     /// by which retired address handles are known to be unused.
     sends_posted: AtomicU64,
     sends_done: AtomicU64,
-    /// Send buffers of the UD queue pair and every transmit connection.
-    buffers: Arc<SendBuffers>,
+    /// Sends in flight on the UD queue pair and every transmit connection.
+    credits: Arc<SendCredits>,
+    /// Whether sends may gather page fragments (the device takes more than one segment).
+    pub(crate) scatter_gather: bool,
     pub(crate) counters: Arc<Counters>,
     /// Connected mode, when the device offers it.
     cm: Option<Arc<CmPort>>,
@@ -123,9 +126,23 @@ fn rdma_gid(g: &wire::Gid) -> Gid {
     Gid(g.0)
 }
 
+/// Scatter/gather entries a send asks for: a packet's linear part and each of its page
+/// fragments, as far as `device` takes them (beyond, packets are linearised).
+pub(crate) fn send_sges(device: &Device) -> u32 {
+    device.max_send_sge().clamp(1, MAX_SKB_SEGMENTS as u32)
+}
+
+/// Frees what a successful send carried.
+pub(crate) fn consume(sent: Sent) {
+    match sent {
+        Sent::Skb(skb) => skb.consume(),
+        Sent::Buffer(buf) => drop(buf),
+    }
+}
+
 impl UdPort {
     /// Sets up datagram mode on `port` of `device`: PD, CQs driving `napi`, a ready UD QP,
-    /// the broadcast group, posted receive buffers and the send pool.
+    /// the broadcast group, posted receive buffers and the send credits.
     pub(crate) fn new(device: &Device, port: u32, napi: &NapiHandle) -> Result<Arc<Self>> {
         let attr = device.port_attr(port)?;
         let active = attr.state() == kernel::rdma::device::PortState::Active;
@@ -140,10 +157,11 @@ impl UdPort {
         let send_cq = CompletionQueue::new(device, send_ring + 1, 0, events.clone(), crate::OWNER)?;
         // Receive connections complete here too, from the shared receive queue.
         let recv_cq = CompletionQueue::new(device, 2 * recv_ring + 1, 0, events, crate::OWNER)?;
+        let max_send_sge = send_sges(device);
         let caps = QpCaps {
             max_send_wr: send_ring,
             max_recv_wr: recv_ring,
-            max_send_sge: 1,
+            max_send_sge,
             max_recv_sge: 1,
         };
         let qp = QueuePair::new(
@@ -158,12 +176,7 @@ impl UdPort {
         qp.ready(port, 0, wire::DEFAULT_QKEY)?;
         let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
         let cm_capable = params::CM_ENABLED.get() && SharedReceiveQueue::supported(device);
-        let buf_size = if cm_capable {
-            CM_BUF_SIZE as usize
-        } else {
-            ENCAP_HEADER_LEN + MAX_IB_MTU
-        };
-        let buffers = SendBuffers::new(device, send_ring, buf_size)?;
+        let credits = Arc::new(SendCredits::new(send_ring), GFP_KERNEL)?;
         let cm = if cm_capable {
             let made = CmPort::new(
                 device,
@@ -173,7 +186,7 @@ impl UdPort {
                 (send_ring, recv_ring),
                 &pd,
                 recv_cq.clone(),
-                buffers.clone(),
+                credits.clone(),
                 counters.clone(),
                 napi,
             );
@@ -253,7 +266,8 @@ impl UdPort {
                 neigh <- new_spinlock_bh!(neigh, "UdPort::neigh"),
                 sends_posted: AtomicU64::new(0),
                 sends_done: AtomicU64::new(0),
-                buffers,
+                credits,
+                scatter_gather: max_send_sge > 1,
                 counters,
                 connected: AtomicBool::new(cm.is_some() && params::CONNECTED_MODE.get()),
                 cm,
@@ -340,9 +354,10 @@ impl UdPort {
     fn reset_qp(&self) -> Result {
         let mut kept = KVec::new();
         self.qp.reset(
-            |buf| {
+            |sent| {
                 self.sends_done.fetch_add(1, Ordering::Relaxed);
-                self.buffers.give(buf);
+                self.credits.give(1);
+                drop(sent);
             },
             |buf| {
                 // A buffer that finds no room here is freed; a fresh one replaces it.
@@ -446,27 +461,27 @@ impl UdPort {
         Some(len)
     }
 
-    /// Posts the `len` bytes `skb` carries after its pseudo header to `dest` through `ah`.
-    /// Called with the neighbour table locked.
+    /// Posts the `len` bytes `skb` carries after its pseudo header to `dest` through `ah`,
+    /// from the packet's own memory. Called with the neighbour table locked.
     fn post(&self, skb: SkBuff, dest: &HwAddr, ah: &Arc<AddressHandle>, len: u32, dev: &NetDevice) {
         let c = &self.counters;
-        let n = len as usize;
-        let Some(buf) = self.buffers.load(&skb, n, dev) else {
+        if !self.credits.take(dev) {
             bump(&c.tx_dropped, 1);
             return;
-        };
-        skb.consume();
+        }
+        let offset = HWADDR_LEN as u32;
         match self
             .qp
-            .post_send_ud(buf, n, ah, dest.qpn(), wire::DEFAULT_QKEY)
+            .post_skb_ud(skb, offset, ah, dest.qpn(), wire::DEFAULT_QKEY)
         {
             Ok(()) => {
                 self.sends_posted.fetch_add(1, Ordering::Relaxed);
                 bump(&c.tx_packets, 1);
                 bump(&c.tx_bytes, u64::from(len));
             }
-            Err((_, buf)) => {
-                self.buffers.give(buf);
+            Err((_, skb)) => {
+                self.credits.give(1);
+                drop(skb);
                 bump(&c.tx_errors, 1);
             }
         }
@@ -591,18 +606,22 @@ impl UdPort {
     /// Handles up to `budget` receives and all send completions; returns the receives done.
     pub(crate) fn poll(&self, napi: &Napi, budget: u32) -> u32 {
         let dev = napi.device();
-        // Send completions return buffers to the pool and restart a stopped queue.
+        // Send completions free their packets, return credits and restart a stopped queue.
         loop {
             let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
             let n = self.send_cq.poll(&mut wcs).unwrap_or(0);
             for wc in &wcs[..n] {
-                if let Some(buf) = self.qp.complete_send(wc) {
+                if let Some(sent) = self.qp.complete_send(wc) {
                     self.sends_done.fetch_add(1, Ordering::Relaxed);
-                    if let WcStatus::Error(_) = wc.status() {
-                        bump(&self.counters.tx_errors, 1);
-                        self.recovery_due.store(true, Ordering::Relaxed);
+                    self.credits.give(1);
+                    match wc.status() {
+                        WcStatus::Error(_) => {
+                            bump(&self.counters.tx_errors, 1);
+                            self.recovery_due.store(true, Ordering::Relaxed);
+                            drop(sent);
+                        }
+                        _ => consume(sent),
                     }
-                    self.buffers.give(buf);
                 }
             }
             if n < POLL_BATCH {
@@ -614,9 +633,7 @@ impl UdPort {
             Some(cm) => cm.poll_tx(dev),
             None => false,
         };
-        if dev.queue_stopped() && self.buffers.any_idle() {
-            dev.wake_queue();
-        }
+        self.credits.wake_if_room(dev);
 
         let mut done = 0u32;
         while done < budget {
@@ -735,7 +752,7 @@ impl UdPort {
             self.cm.as_ref().map_or((0, 0), |cm| cm.connection_counts());
         let gauges = Gauges {
             neighbours: self.neigh.lock().len() as u64,
-            queue_stopped: self.buffers.stops(),
+            queue_stopped: self.credits.stops(),
             cm_tx_connections,
             cm_rx_connections,
         };

@@ -22,7 +22,7 @@ use kernel::{
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
         qp::SharedQueue,
-        qp::{QpCaps, QpEvent, QpEventHandler, QpType, QueuePair},
+        qp::{QpCaps, QpEvent, QpEventHandler, QpType, QueuePair, Sent},
         srq::SharedReceiveQueue,
     },
     sync::{Arc, CondVar, Mutex},
@@ -170,7 +170,9 @@ impl Endpoint {
             .post_send_ud(buf, PAYLOAD_LEN, ah, to, qkey)
             .map_err(|(e, _)| e)?;
         let wc = wait(&self.send_cq, 2000).ok_or(EAGAIN)?;
-        let buf = self.qp.complete_send(&wc).ok_or(EINVAL)?;
+        let Some(Sent::Buffer(buf)) = self.qp.complete_send(&wc) else {
+            return Err(EINVAL);
+        };
         if wc.status() != WcStatus::Success || buf.len() != PAYLOAD_LEN {
             return Err(EIO);
         }

@@ -139,3 +139,23 @@ void rust_helper_netif_keep_dst(struct net_device *dev)
 {
 	netif_keep_dst(dev);
 }
+
+struct page *rust_helper_skb_frag_page(const skb_frag_t *frag)
+{
+	return skb_frag_page(frag);
+}
+
+unsigned int rust_helper_skb_frag_off(const skb_frag_t *frag)
+{
+	return skb_frag_off(frag);
+}
+
+unsigned int rust_helper_skb_frag_size(const skb_frag_t *frag)
+{
+	return skb_frag_size(frag);
+}
+
+int rust_helper_skb_linearize(struct sk_buff *skb)
+{
+	return skb_linearize(skb);
+}

@@ -210,6 +210,18 @@ impl Setup {
         unsafe { bindings::netif_keep_dst(self.raw()) };
     }
 
+    /// Offers scatter-gather: packets may come with page fragments, which the driver sends
+    /// without gathering them first. On by default, switchable with `ethtool -K DEV sg`.
+    pub fn set_scatter_gather(&mut self) {
+        let sg: bindings::netdev_features_t = 1 << bindings::NETIF_F_SG_BIT;
+        let dev = self.raw();
+        // SAFETY: The device is being set up by us alone.
+        unsafe {
+            (*dev).hw_features |= sg;
+            (*dev).features |= sg;
+        }
+    }
+
     /// Length of the transmit queue in packets.
     pub fn set_tx_queue_len(&mut self, len: u32) {
         // SAFETY: The device is being set up by us alone.

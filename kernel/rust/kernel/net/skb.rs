@@ -319,6 +319,40 @@ impl SkBuff {
         Ok(())
     }
 
+    /// Number of page fragments after the linear part.
+    pub fn nr_frags(&self) -> usize {
+        // SAFETY: By the type invariant the skb is valid; its shared info exists.
+        usize::from(unsafe { (*bindings::skb_shinfo(self.raw())).nr_frags })
+    }
+
+    /// Fragment `index`: its page, the offset of its bytes in that page and their length.
+    /// `None` past the last fragment or for memory that is not a page (device memory).
+    /// Valid while the skb is owned and unchanged.
+    pub(crate) fn frag(&self, index: usize) -> Option<(NonNull<bindings::page>, usize, usize)> {
+        if index >= self.nr_frags() {
+            return None;
+        }
+        // SAFETY: By the type invariant the skb is valid; `index` is below `nr_frags`, so the
+        // fragment is initialised.
+        let frag = unsafe { &(*bindings::skb_shinfo(self.raw())).frags[index] };
+        // SAFETY: `frag` is a valid fragment of the skb.
+        let (page, offset, len) = unsafe {
+            (
+                bindings::skb_frag_page(frag),
+                bindings::skb_frag_off(frag),
+                bindings::skb_frag_size(frag),
+            )
+        };
+        Some((NonNull::new(page)?, offset as usize, len as usize))
+    }
+
+    /// Moves all data into the linear part, for a device that cannot gather this many
+    /// fragments. `ENOMEM` when the larger head cannot be allocated (atomically).
+    pub fn linearize(&mut self) -> Result {
+        // SAFETY: By the type invariant the skb is valid and owned by us.
+        to_result(unsafe { bindings::skb_linearize(self.raw()) })
+    }
+
     /// Frees the skb as successfully consumed (not counted as a drop).
     pub fn consume(self) {
         // SAFETY: We own the skb; ownership ends here.

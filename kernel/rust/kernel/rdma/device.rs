@@ -103,6 +103,14 @@ impl Device {
         &buf[..n]
     }
 
+    /// Scatter/gather entries a send work request may have on this device.
+    pub fn max_send_sge(&self) -> u32 {
+        // SAFETY: By the type invariant the device is valid; its attributes are set before
+        // registration and fixed afterwards.
+        let n = unsafe { (*self.as_raw()).attrs.max_send_sge };
+        u32::try_from(n).unwrap_or(0)
+    }
+
     /// Returns the range of valid port numbers (1-based on every device but switches).
     pub fn ports(&self) -> RangeInclusive<u32> {
         // SAFETY: By the type invariant the device is valid.

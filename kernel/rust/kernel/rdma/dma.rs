@@ -8,7 +8,11 @@ use super::device::{Device, DeviceRef};
 use crate::{
     alloc::{Flags, KVec},
     bindings,
-    error::{code::ENOMEM, Result},
+    error::{
+        code::{EINVAL, ENOMEM},
+        Error, Result,
+    },
+    net::skb::SkBuff,
     page::{Page, PAGE_SIZE},
 };
 use core::mem::ManuallyDrop;
@@ -339,5 +343,174 @@ impl ScatterBuffer {
     pub(crate) fn sync_for_cpu(&self) {
         self.head.sync_for_cpu();
         self.pages.0.iter().for_each(DmaPage::sync_for_cpu);
+    }
+}
+
+/// Most segments of a mapped socket buffer: its linear part and every page fragment.
+pub const MAX_SKB_SEGMENTS: usize = bindings::MAX_SKB_FRAGS as usize + 1;
+
+/// A socket buffer whose bytes from `offset` on are mapped for a device to read (a send),
+/// without a copy: what remains of the linear part is one segment, each page fragment
+/// another. Dropping it ends the mappings, then frees the skb.
+///
+/// # Invariants
+///
+/// `device` stays valid while the object lives. `head` (if any) maps the linear bytes of
+/// `skb` from `offset` on, and `frags[..mapped]` its first `mapped` fragments, all with
+/// `ib_dma_map_*` for `DMA_TO_DEVICE` on `device`. The skb is owned and unchanged while
+/// mapped.
+pub(crate) struct SkbMapping {
+    skb: ManuallyDrop<SkBuff>,
+    offset: u32,
+    head: Option<u64>,
+    frags: [u64; MAX_SKB_SEGMENTS - 1],
+    mapped: usize,
+    device: *mut bindings::ib_device,
+}
+
+// SAFETY: The device may be used from any thread, and an owned skb may move between threads.
+unsafe impl Send for SkbMapping {}
+
+impl SkbMapping {
+    /// Maps `skb` from `offset` (in its linear part) on for `device` to read. On failure
+    /// hands the skb back with the error: `EINVAL` when `offset` is past the linear part or
+    /// a fragment is not a page, `ENOMEM` when a mapping fails.
+    ///
+    /// # Safety
+    ///
+    /// `device` must be valid and stay so until the object is dropped or turned back into
+    /// its skb.
+    pub(crate) unsafe fn new(
+        device: *mut bindings::ib_device,
+        skb: SkBuff,
+        offset: u32,
+    ) -> core::result::Result<Self, (Error, SkBuff)> {
+        if offset > skb.headlen() || skb.nr_frags() >= MAX_SKB_SEGMENTS {
+            return Err((EINVAL, skb));
+        }
+        // INVARIANT: nothing is mapped yet; each mapping is recorded as soon as it is made,
+        // so a failure below ends exactly those made.
+        let mut this = Self {
+            skb: ManuallyDrop::new(skb),
+            offset,
+            head: None,
+            frags: [0; MAX_SKB_SEGMENTS - 1],
+            mapped: 0,
+            device,
+        };
+        let to_device = DmaDirection::ToDevice.as_raw();
+        let head = this.head_bytes();
+        if !head.is_empty() {
+            // SAFETY: The caller guarantees the device; `head` lies in the skb's linear part,
+            // which stays allocated and unchanged until unmapped (the skb is ours).
+            let addr = unsafe {
+                bindings::ib_dma_map_single(
+                    device,
+                    head.as_ptr().cast_mut().cast(),
+                    head.len(),
+                    to_device,
+                )
+            };
+            // SAFETY: The device is valid and `addr` came from a mapping on it.
+            if unsafe { bindings::ib_dma_mapping_error(device, addr) } != 0 {
+                return Err((ENOMEM, this.into_skb()));
+            }
+            this.head = Some(addr);
+        }
+        for index in 0..this.skb.nr_frags() {
+            let Some((page, offset, len)) = this.skb.frag(index) else {
+                return Err((EINVAL, this.into_skb()));
+            };
+            // SAFETY: The device is valid; the fragment's page holds `len` bytes at `offset`
+            // and stays referenced by the skb until unmapped.
+            let addr =
+                unsafe { bindings::ib_dma_map_page(device, page.as_ptr(), offset, len, to_device) };
+            // SAFETY: As above.
+            if unsafe { bindings::ib_dma_mapping_error(device, addr) } != 0 {
+                return Err((ENOMEM, this.into_skb()));
+            }
+            // `nr_frags` is below the array's length (checked above).
+            if let Some(slot) = this.frags.get_mut(index) {
+                *slot = addr;
+                this.mapped = index + 1;
+            }
+        }
+        Ok(this)
+    }
+
+    /// The mapped bytes of the linear part.
+    fn head_bytes(&self) -> &[u8] {
+        self.skb.data().get(self.offset as usize..).unwrap_or(&[])
+    }
+
+    /// Number of segments: what a send needs in scatter/gather entries.
+    pub(crate) fn segments(skb: &SkBuff, offset: u32) -> usize {
+        usize::from(skb.headlen() > offset) + skb.nr_frags()
+    }
+
+    /// The segments as scatter/gather entries with `lkey`; returns how many were written,
+    /// `EINVAL` if `out` is too short.
+    pub(crate) fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
+        let mut n = 0;
+        if let Some(addr) = self.head {
+            let sge = out.get_mut(n).ok_or(EINVAL)?;
+            *sge = bindings::ib_sge {
+                addr,
+                length: u32::try_from(self.head_bytes().len()).map_err(|_| EINVAL)?,
+                lkey,
+            };
+            n += 1;
+        }
+        for (index, &addr) in self.frags.iter().take(self.mapped).enumerate() {
+            let len = self.skb.frag(index).map_or(0, |(_, _, len)| len);
+            let sge = out.get_mut(n).ok_or(EINVAL)?;
+            *sge = bindings::ib_sge {
+                addr,
+                length: u32::try_from(len).map_err(|_| EINVAL)?,
+                lkey,
+            };
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Ends the mappings and returns the skb.
+    pub(crate) fn into_skb(self) -> SkBuff {
+        let mut this = ManuallyDrop::new(self);
+        this.unmap();
+        // SAFETY: `this` is never used or dropped again, so the skb is taken exactly once.
+        unsafe { ManuallyDrop::take(&mut this.skb) }
+    }
+
+    /// Ends every mapping recorded and forgets it.
+    fn unmap(&mut self) {
+        let to_device = DmaDirection::ToDevice.as_raw();
+        if let Some(addr) = self.head.take() {
+            // SAFETY: By the type invariant `addr` maps the head bytes on `device`, which is
+            // valid; it is forgotten above.
+            unsafe {
+                bindings::ib_dma_unmap_single(
+                    self.device,
+                    addr,
+                    self.head_bytes().len(),
+                    to_device,
+                )
+            };
+        }
+        for (index, &addr) in self.frags.iter().take(self.mapped).enumerate() {
+            let len = self.skb.frag(index).map_or(0, |(_, _, len)| len);
+            // SAFETY: By the type invariant `addr` maps fragment `index` (`len` bytes) on
+            // `device`, which is valid; it is forgotten below.
+            unsafe { bindings::ib_dma_unmap_page(self.device, addr, len, to_device) };
+        }
+        self.mapped = 0;
+    }
+}
+
+impl Drop for SkbMapping {
+    fn drop(&mut self) {
+        self.unmap();
+        // SAFETY: The skb is taken only here or in `into_skb`, which forgets `self`.
+        drop(unsafe { ManuallyDrop::take(&mut self.skb) });
     }
 }

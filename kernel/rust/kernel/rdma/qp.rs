@@ -14,7 +14,7 @@ use super::{
     ah::AddressHandle,
     cq::{QpId, RawCompletionQueue, WorkCompletion},
     device::Gid,
-    dma::{DmaBuffer, ScatterBuffer},
+    dma::{DmaBuffer, ScatterBuffer, SkbMapping, MAX_SKB_SEGMENTS},
     pd::ProtectionDomain,
 };
 use crate::{
@@ -25,6 +25,7 @@ use crate::{
         from_err_ptr, to_result, Error, Result,
     },
     ffi::{c_int, c_void},
+    net::skb::SkBuff,
     new_spinlock_bh,
     prelude::*,
     str::CStr,
@@ -106,9 +107,45 @@ unsafe extern "C" fn qp_event_callback(event: *mut bindings::ib_event, context: 
 /// destroyed queue pair is never taken for one of a new queue pair at the same address.
 pub(crate) static QP_SERIAL: AtomicU32 = AtomicU32::new(1);
 
-/// A buffer posted for a send, with what must live until the send completes.
+/// What a send carries: a buffer, or a socket buffer mapped in place.
+enum Payload {
+    Buffer(DmaBuffer),
+    Skb(SkbMapping),
+}
+
+/// An all-zero scatter/gather entry.
+const fn zeroed_sge() -> bindings::ib_sge {
+    bindings::ib_sge {
+        addr: 0,
+        length: 0,
+        lkey: 0,
+    }
+}
+
+impl Payload {
+    /// Hands the memory back to the CPU: the buffer synchronised, the skb unmapped.
+    fn into_sent(self) -> Sent {
+        match self {
+            Payload::Buffer(buf) => {
+                buf.sync_for_cpu();
+                Sent::Buffer(buf)
+            }
+            Payload::Skb(mapping) => Sent::Skb(mapping.into_skb()),
+        }
+    }
+}
+
+/// What a completed (or dropped) send gives back.
+pub enum Sent {
+    /// A buffer posted with [`QueuePair::post_send`] or [`QueuePair::post_send_ud`].
+    Buffer(DmaBuffer),
+    /// A socket buffer posted with [`QueuePair::post_skb`] or [`QueuePair::post_skb_ud`].
+    Skb(SkBuff),
+}
+
+/// A send posted, with what must live until it completes.
 struct SendSlot {
-    buf: DmaBuffer,
+    payload: Payload,
     _ah: Option<Arc<AddressHandle>>,
 }
 
@@ -361,6 +398,8 @@ pub enum State {
 pub struct QueuePair {
     qp: NonNull<bindings::ib_qp>,
     qp_type: QpType,
+    /// Scatter/gather entries a send may have, as the device granted.
+    max_send_sge: usize,
     /// Names this queue's send requests; renewed on reset (see [`RecvRing`]).
     serial: AtomicU32,
     #[pin]
@@ -475,6 +514,9 @@ impl QueuePair {
         let init = pin_init!(Self {
             qp,
             qp_type,
+            // The device writes back what it granted, at least what was asked.
+            max_send_sge: (attr.cap.max_send_sge.max(caps.max_send_sge) as usize)
+                .min(MAX_SKB_SEGMENTS),
             serial,
             send <- new_spinlock_bh!(send, "QueuePair::send"),
             recv <- recv,
@@ -640,7 +682,7 @@ impl QueuePair {
     /// posted afterwards. The queue pair is then brought up again like a new one.
     pub fn reset(
         &self,
-        mut send_back: impl FnMut(DmaBuffer),
+        mut send_back: impl FnMut(Sent),
         recv_back: impl FnMut(DmaBuffer),
     ) -> Result {
         let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RESET);
@@ -649,8 +691,7 @@ impl QueuePair {
             .serial
             .swap(QP_SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         while let Some(slot) = self.send.lock().take_any() {
-            slot.buf.sync_for_cpu();
-            send_back(slot.buf);
+            send_back(slot.payload.into_sent());
         }
         // SAFETY: In RESET the device holds no request and accesses no posted buffer.
         unsafe { self.recv.discard_all(recv_back) };
@@ -690,7 +731,7 @@ impl QueuePair {
         if self.qp_type != QpType::Ud {
             return Err((EINVAL, buf));
         }
-        self.post_send_inner(buf, len, Some((ah, remote_qpn, remote_qkey)))
+        self.post_buffer(buf, len, Some((ah, remote_qpn, remote_qkey)))
     }
 
     /// Posts the first `len` bytes of `buf` as one message to the connected peer (RC only).
@@ -703,10 +744,37 @@ impl QueuePair {
         if self.qp_type != QpType::Rc {
             return Err((EINVAL, buf));
         }
-        self.post_send_inner(buf, len, None)
+        self.post_buffer(buf, len, None)
     }
 
-    fn post_send_inner(
+    /// Posts the bytes of `skb` from `offset` (in its linear part) on as one datagram to QP
+    /// `remote_qpn` with Q_Key `remote_qkey` through `ah` (UD only), without copying them.
+    /// On failure the skb comes back with the error.
+    pub fn post_skb_ud(
+        &self,
+        skb: SkBuff,
+        offset: u32,
+        ah: &Arc<AddressHandle>,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> core::result::Result<(), (Error, SkBuff)> {
+        if self.qp_type != QpType::Ud {
+            return Err((EINVAL, skb));
+        }
+        self.post_skb_inner(skb, offset, Some((ah, remote_qpn, remote_qkey)))
+    }
+
+    /// Posts the bytes of `skb` from `offset` (in its linear part) on as one message to the
+    /// connected peer (RC only), without copying them. On failure the skb comes back with the
+    /// error.
+    pub fn post_skb(&self, skb: SkBuff, offset: u32) -> core::result::Result<(), (Error, SkBuff)> {
+        if self.qp_type != QpType::Rc {
+            return Err((EINVAL, skb));
+        }
+        self.post_skb_inner(skb, offset, None)
+    }
+
+    fn post_buffer(
         &self,
         buf: DmaBuffer,
         len: usize,
@@ -716,20 +784,78 @@ impl QueuePair {
             Ok(l) if len <= buf.len() => l,
             _ => return Err((EINVAL, buf)),
         };
-        let mut slots = self.send.lock();
-        let Some(index) = slots.free_index() else {
-            return Err((ENOSPC, buf));
-        };
-        let mut sge = bindings::ib_sge {
+        let mut sge = [bindings::ib_sge {
             addr: buf.dma_addr(),
             length,
             lkey: self.pd.local_dma_lkey(),
+        }];
+        buf.sync_for_device();
+        self.post_wr(buf, &mut sge, ud, Payload::Buffer)
+            .map_err(|(e, buf)| {
+                buf.sync_for_cpu();
+                (e, buf)
+            })
+    }
+
+    fn post_skb_inner(
+        &self,
+        mut skb: SkBuff,
+        offset: u32,
+        ud: Option<(&Arc<AddressHandle>, u32, u32)>,
+    ) -> core::result::Result<(), (Error, SkBuff)> {
+        // More fragments than the device gathers: copy them into the linear part first.
+        if SkbMapping::segments(&skb, offset) > self.max_send_sge {
+            if let Err(e) = skb.linearize() {
+                return Err((e, skb));
+            }
+        }
+        // SAFETY: The protection domain holds a reference to the device, and this object
+        // holds the domain until after its send slots, where the mapping lives, are dropped
+        // (fields drop in declaration order); a mapping leaving the queue pair is turned back
+        // into its skb first.
+        let mapping = unsafe { SkbMapping::new(self.pd.device().as_raw(), skb, offset) }?;
+        let mut sges = [const { zeroed_sge() }; MAX_SKB_SEGMENTS];
+        let limit = sges.len().min(self.max_send_sge);
+        let Some(sges) = sges.get_mut(..limit) else {
+            return Err((EINVAL, mapping.into_skb()));
+        };
+        let n = match mapping.fill_sges(self.pd.local_dma_lkey(), sges) {
+            Ok(n) => n,
+            Err(e) => return Err((e, mapping.into_skb())),
+        };
+        let Some(sges) = sges.get_mut(..n) else {
+            return Err((EINVAL, mapping.into_skb()));
+        };
+        self.post_wr(mapping, sges, ud, Payload::Skb)
+            .map_err(|(e, mapping)| (e, mapping.into_skb()))
+    }
+
+    /// Posts a signalled send of the memory `sges` describe, which `item` owns; on success
+    /// keeps `item` (as `keep` makes it a payload) in the request's slot, on failure hands it
+    /// back with the error.
+    fn post_wr<T>(
+        &self,
+        item: T,
+        sges: &mut [bindings::ib_sge],
+        ud: Option<(&Arc<AddressHandle>, u32, u32)>,
+        keep: impl FnOnce(T) -> Payload,
+    ) -> core::result::Result<(), (Error, T)> {
+        let Ok(num_sge) = c_int::try_from(sges.len()) else {
+            return Err((EINVAL, item));
+        };
+        let mut slots = self.send.lock();
+        let Some(index) = slots.free_index() else {
+            return Err((ENOSPC, item));
+        };
+        let wr_id = self.wr_id(index);
+        let Some(entry) = slots.entries.get_mut(index) else {
+            return Err((ENOSPC, item));
         };
         // SAFETY: All-zero is a valid `ib_ud_wr`.
         let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
-        wr.wr.__bindgen_anon_1.wr_id = self.wr_id(index);
-        wr.wr.sg_list = &mut sge;
-        wr.wr.num_sge = 1;
+        wr.wr.__bindgen_anon_1.wr_id = wr_id;
+        wr.wr.sg_list = sges.as_mut_ptr();
+        wr.wr.num_sge = num_sge;
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
         wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         if let Some((ah, remote_qpn, remote_qkey)) = ud {
@@ -737,19 +863,18 @@ impl QueuePair {
             wr.remote_qpn = remote_qpn;
             wr.remote_qkey = remote_qkey;
         }
-        buf.sync_for_device();
         let mut bad = core::ptr::null();
         // SAFETY: `qp` is valid; `wr` (whose first member is the generic request, the only
-        // part an RC queue pair reads) and `sge` are valid for the call; the buffer and the
-        // address handle stay in the slot until the send completes.
+        // part an RC queue pair reads) and `sges` are valid for the call; the memory they
+        // describe is owned by `item`, kept with the address handle in the slot until the
+        // send completes.
         let ret = unsafe { bindings::ib_post_send(self.qp.as_ptr(), &wr.wr, &mut bad) };
         if let Err(e) = to_result(ret) {
-            buf.sync_for_cpu();
-            return Err((e, buf));
+            return Err((e, item));
         }
-        // INVARIANT: the buffer (and route) of the posted request are kept in its slot.
-        slots.entries[index] = Some(SendSlot {
-            buf,
+        // INVARIANT: the memory (and route) of the posted request are kept in its slot.
+        *entry = Some(SendSlot {
+            payload: keep(item),
             _ah: ud.map(|(ah, _, _)| ah.clone()),
         });
         Ok(())
@@ -770,14 +895,13 @@ impl QueuePair {
         self.recv.complete(wc)
     }
 
-    /// Takes back the buffer of the send that `wc` completes; `None` if `wc` is not a send
+    /// Takes back what the send that `wc` completes carried; `None` if `wc` is not a send
     /// completion of this queue pair.
-    pub fn complete_send(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {
+    pub fn complete_send(&self, wc: &WorkCompletion) -> Option<Sent> {
         let index = self.slot_of(wc)?;
         // INVARIANT: the device is done with the request `wc` completes.
         let slot = self.send.lock().entries.get_mut(index)?.take()?;
-        slot.buf.sync_for_cpu();
-        Some(slot.buf)
+        Some(slot.payload.into_sent())
     }
 }
 

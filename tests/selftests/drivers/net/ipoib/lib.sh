@@ -177,3 +177,28 @@ two_hosts_roles() {
 # tell_peer PORT (which retries for up to 60 s until the peer listens).
 wait_peer() { timeout "$2" nc -l -p "$1" </dev/null >/dev/null; }
 tell_peer() { wait_for 60 eval "echo go >/dev/tcp/\$peer/$1"; }
+
+# A bulk transfer checked end to end over TCP: bulk_send PEER PORT MIB sends MIB MiB of
+# random bytes, then their sha256; bulk_receive PORT compares what arrived with it.
+BULK=/tmp/bulk.bin
+bulk_receive() {
+	timeout 120 nc -l -p "$1" >"$BULK" </dev/null || return 1
+	local want got
+	want=$(timeout 60 nc -l -p "$1" </dev/null)
+	got=$(sha256sum <"$BULK" | cut -d' ' -f1)
+	echo "received $(stat -c %s "$BULK") bytes, sha256 $got, sender's $want"
+	rm -f "$BULK"
+	[ -n "$want" ] && [ "$want" = "$got" ]
+}
+bulk_send() {
+	local to=$1 port=$2 sum
+	head -c $(($3 << 20)) /dev/urandom >"$BULK"
+	sum=$(sha256sum <"$BULK" | cut -d' ' -f1)
+	# bash's /dev/tcp closes the connection when the file is sent.
+	wait_for 30 eval 'timeout 120 cat "$BULK" >/dev/tcp/$to/$port' || return 1
+	rm -f "$BULK"
+	wait_for 30 eval 'echo "$sum" >/dev/tcp/$to/$port'
+}
+
+# Whether ethtool reports scatter-gather on DEV as STATE (on or off).
+sg_is() { ethtool -k "$1" | grep -q "^scatter-gather: $2"; }

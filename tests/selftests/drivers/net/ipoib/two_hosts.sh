@@ -6,13 +6,14 @@
 . "$(dirname "$0")/lib.sh"
 
 BW_PORT=18515
+DATA_PORT=5002
 
 ktap_print_header
 if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 18
+ktap_set_plan 20
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -109,6 +110,19 @@ else
 	}
 	ipoib_check "$role: iperf3 -u at 1 Mbit/s over ib0 loses no datagram" udp_no_loss
 fi
+# Checked bulk transfers: with scatter-gather on, TCP hands over pages that are sent in
+# place; off, linear packets.
+bulk_over_ib0() {
+	{ [ "$1" = on ] || ethtool -K ib0 sg off; } && sg_is ib0 "$1" || { ethtool -k ib0; return 1; }
+	if [ "$role" = server ]; then
+		bulk_receive "$DATA_PORT"
+	else
+		bulk_send "$ib_peer" "$DATA_PORT" 8
+	fi
+}
+ipoib_check "$role: 8 MiB over ib0 intact (sha256), scatter-gather on" bulk_over_ib0 on
+ipoib_check "$role: 8 MiB over ib0 intact (sha256), scatter-gather off" bulk_over_ib0 off
+ethtool -K ib0 sg on
 ip -s link show ib0
 # Datagram mode sends unicast over the UD QP: no RC queue pair of the module exists.
 ipoib_check "$role: datagram mode made no RC connection" no_rc_qps
