@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! IP over InfiniBand (RFC 4391, 4392, 4755) for InfiniBand and RoCE ports.
+//! IP over InfiniBand (RFC 4391, 4392, 4755), on RoCE ports so far: ports of the InfiniBand
+//! link layer, whose paths come from the subnet administrator, are skipped with a message.
 //!
-//! Crate root: the module, its IB client, and the interfaces it creates, one per port of
-//! every RDMA device (`ib0`, `ib1`, ...), removed with the device or the module.
+//! Crate root: the module, its IB client, and the interfaces it creates, one per RoCE port
+//! of every RDMA device (`ib0`, `ib1`, ...), removed with the device or the module.
 
 // The pinned initialisers of the connected-mode state need more macro recursion than the
 // default allows (as in Android's Rust binder).
@@ -264,6 +265,12 @@ fn log_port(device: &Device, port: u32) -> Result<bool> {
             "{name} port {port}: {protocol} ({link:?} link), state {}, active MTU {mtu}, GID[0] unset ({e:?})\n",
             attr.state(),
         ),
+    }
+    if protocol == Protocol::InfiniBand {
+        // Paths and multicast groups on an InfiniBand fabric come from the subnet
+        // administrator; without it every address handle would be wrong.
+        pr_info!("{name} port {port}: InfiniBand link layer needs SA path resolution, not supported yet; skipped\n");
+        return Ok(false);
     }
     Ok(true)
 }
