@@ -58,7 +58,8 @@ cp "$REPO"/tests/kmod/* "$staging/$drv/selftest/"
 #    d) the selftests, where the patch series puts them
 mkdir -p "$staging/tools/testing/selftests/drivers/net"
 cp -r "$REPO/tests/selftests/drivers/net/ipoib" "$staging/tools/testing/selftests/drivers/net/"
-#    e) edits of existing kernel files: the patches applied to pristine copies
+#    e) edits of existing kernel files: the patches applied to pristine copies, in order
+#       (one patch per commit of the series that scripts/export-patches.sh writes)
 shopt -s nullglob
 patches=("$REPO"/kernel/patches/*.patch)
 for p in "${patches[@]}"; do
@@ -69,6 +70,7 @@ done | sort -u | while read -r f; do
 	true
 done
 for p in "${patches[@]}"; do
+	grep -q '^+++ ' "$p" || continue # a patch of the series that only adds files
 	patch -s -p1 -d "$staging" --no-backup-if-mismatch <"$p" ||
 		die "patch $(basename "$p") does not apply to $KERNEL_VERSION"
 done

@@ -68,6 +68,16 @@ else
 	failed=$((failed + 1))
 fi
 
+# The patch series upstream would review: it applies to pristine sources and checkpatch
+# finds no error.
+while read -r line; do
+	echo "$line"
+	case "$line" in
+	"ok - "*) passed=$((passed + 1)) ;;
+	"not ok - "*) failed=$((failed + 1)) ;;
+	esac
+done < <("$REPO/scripts/check-patches.sh")
+
 # Guests.
 stamp=$(date +%Y%m%d-%H%M%S)
 for topology in one-host two-hosts; do

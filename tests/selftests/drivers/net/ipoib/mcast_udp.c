@@ -76,12 +76,15 @@ int main(int argc, char **argv)
 		return fail("socket");
 
 	if (!strcmp(argv[1], "send")) {
-		int sent = 0;
+		struct ip_mreqn via = { .imr_ifindex = ifindex };
+		int sent = 0, err;
 
-		if (v6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifindex, sizeof(ifindex))
-		       : setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF,
-				    &(struct ip_mreqn){ .imr_ifindex = ifindex },
-				    sizeof(struct ip_mreqn)))
+		if (v6)
+			err = setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifindex,
+					 sizeof(ifindex));
+		else
+			err = setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &via, sizeof(via));
+		if (err)
 			return fail("multicast interface");
 		for (int i = 0; i < a; i++) {
 			char msg[64];

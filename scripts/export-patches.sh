@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Export the kernel overlay, the driver and its tests as a `git format-patch` series against
+# pristine Linux, split as upstream would review it: one commit per kernel/patches/*.patch,
+# each with that patch's edits of existing files and the new files of its part:
+#   0001 bindings and C helpers   0002 core crate additions (sync, workqueue, delay, params)
+#   0003 net abstractions         0004 RDMA abstractions
+#   0005 the driver               0006 the selftests
+# The commit messages are the patches' headers; the author and sign-off are those of the
+# repository's last commit unless IPOIB_RS_AUTHOR="Name <email>" says otherwise.
+# Usage: scripts/export-patches.sh [OUTDIR]   (default: $IPOIB_RS_CACHE/out/patches)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+out=${1:-$OUT/patches}
+"$REPO/scripts/prepare-tree.sh"
+manifest=$KTREE/.ipoib-rs-manifest
+
+# The part of the series that adds FILE (a path in the kernel tree).
+part_of() {
+	case $1 in
+	rust/helpers/*) echo 0001 ;;
+	rust/kernel/sync/* | rust/kernel/delay.rs | rust/kernel/module_param.rs) echo 0002 ;;
+	rust/kernel/net/*) echo 0003 ;;
+	rust/kernel/rdma.rs | rust/kernel/rdma/*) echo 0004 ;;
+	drivers/infiniband/ulp/ipoib_rs/*) echo 0005 ;;
+	tools/testing/selftests/drivers/net/ipoib/*) echo 0006 ;;
+	*) echo none ;;
+	esac
+}
+
+author=${IPOIB_RS_AUTHOR:-$(git -C "$REPO" log -1 --format='%an <%ae>')}
+date=$(git -C "$REPO" log -1 --format=%aD)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+git -C "$work" init -q
+g() {
+	GIT_AUTHOR_DATE=$date GIT_COMMITTER_DATE=$date \
+		git -C "$work" -c user.name="${author% <*}" -c user.email="$(sed 's/.*<\(.*\)>.*/\1/' <<<"$author")" \
+		-c commit.gpgsign=false "$@"
+}
+
+# The base: the pristine versions of the files the series edits.
+while read -r f; do
+	if [ -f "$SRC/$f" ]; then
+		mkdir -p "$work/$(dirname "$f")"
+		cp "$SRC/$f" "$work/$f"
+	elif [ "$(part_of "$f")" = none ]; then
+		die "no part of the series adds $f: extend part_of in $0"
+	fi
+done <"$manifest"
+g add -A
+g commit -qm "Linux $KERNEL_VERSION: the files the series edits"
+base=$(g rev-parse HEAD)
+
+for p in "$REPO"/kernel/patches/*.patch; do
+	n=$(basename "$p" | cut -c1-4)
+	if grep -q '^+++ ' "$p"; then
+		patch -s -p1 -d "$work" --no-backup-if-mismatch <"$p" || die "$(basename "$p") does not apply"
+	fi
+	while read -r f; do
+		if [ ! -f "$SRC/$f" ] && [ "$(part_of "$f")" = "$n" ]; then
+			mkdir -p "$work/$(dirname "$f")"
+			cp "$KTREE/$f" "$work/$f"
+		fi
+	done <"$manifest"
+	subject=$(sed -n 's/^Subject: //p;/^---$/q' "$p" | head -n 1)
+	[ -n "$subject" ] || die "$(basename "$p") has no Subject: line"
+	# The body: the lines between the subject and the first '---'.
+	body=$(sed -n '2,/^---$/p' "$p" | sed '$d')
+	g add -A
+	g commit -q -F - <<MSG
+$subject
+$body
+
+Signed-off-by: $author
+MSG
+done
+
+rm -rf "$out"
+mkdir -p "$out"
+g format-patch -q -o "$out" "$base"..HEAD
+log "series of $(ls "$out" | wc -l) patches against Linux $KERNEL_VERSION in $out"
