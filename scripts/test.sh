@@ -68,6 +68,15 @@ else
 	failed=$((failed + 1))
 fi
 
+# Editor support: rust-project.json for rust-analyzer covers the driver and test modules.
+if "$REPO/scripts/rust-analyzer.sh" 2>/dev/null; then
+	echo "ok - rust-analyzer: rust-project.json covers the driver and its test modules"
+	passed=$((passed + 1))
+else
+	echo "not ok - rust-analyzer: rust-project.json covers the driver and its test modules"
+	failed=$((failed + 1))
+fi
+
 # The patch series upstream would review: it applies to pristine sources and checkpatch
 # finds no error.
 while read -r line; do
