@@ -25,6 +25,7 @@ use kernel::{
 mod cm_rx;
 mod cm_tx;
 mod cq;
+mod ethtool;
 mod ipoib_cm;
 mod ipoib_ud;
 mod mcast;
@@ -148,6 +149,8 @@ impl EventHandler for Ports {
         match event {
             AsyncEvent::PortActive(_) => {
                 p.datapath.set_port_active(true);
+                // The speed may have changed with the link (IB core work, no RTNL held).
+                p.datapath.refresh_port();
                 // A send that found the port down may have failed the queue pair.
                 UdPort::schedule_recovery(p.datapath.as_arc_borrow());
                 dev.carrier_on();

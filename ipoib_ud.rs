@@ -6,6 +6,7 @@
 
 use crate::{
     cq::CqEvents,
+    ethtool::EthtoolState,
     ipoib_cm::{now_ms, CmPort},
     mcast::{Joined, McastGroups},
     neigh::{Neighbours, REAP_BATCH},
@@ -19,7 +20,7 @@ use kernel::{
     c_str,
     net::{
         dev::{McAddrs, NetDevice, Stats64},
-        ethtool::DrvInfo,
+        ethtool::{Coalesce, DrvInfo},
         mcast::Ipv6McMembership,
         napi::{Napi, NapiHandle},
         neigh,
@@ -120,6 +121,8 @@ pub(crate) struct UdPort {
     neigh_gc: DelayedWork<UdPort, 4>,
     /// Whether the interface is up.
     up: AtomicBool,
+    /// Link speed and receive coalescing, for ethtool.
+    pub(crate) ethtool: EthtoolState,
 }
 
 fn rdma_gid(g: &wire::Gid) -> Gid {
@@ -282,6 +285,7 @@ impl UdPort {
                 recover_work <- new_work!("UdPort::recover_work"),
                 neigh_gc <- new_delayed_work!("UdPort::neigh_gc"),
                 up: AtomicBool::new(false),
+                ethtool: EthtoolState::new(&attr),
             }),
             GFP_KERNEL,
         )
@@ -686,6 +690,16 @@ impl UdPort {
     pub(crate) fn arm(&self) {
         let _ = self.recv_cq.request_notify();
         let _ = self.send_cq.request_notify();
+    }
+
+    /// Applies `ethtool -C` to the receive CQ.
+    pub(crate) fn set_coalesce(&self, wanted: Coalesce, name: &CStr) -> Result {
+        self.ethtool.set_coalesce(&self.recv_cq, wanted, name)
+    }
+
+    /// Queries the port again after a port event (process context, without RTNL).
+    pub(crate) fn refresh_port(&self) {
+        self.ethtool.refresh(&self.device, self.port);
     }
 
     /// Whether the port passes traffic.

@@ -14,7 +14,7 @@ use kernel::{
     net::{
         dev::{McAddrs, NetDevice, Operations, Setup, Stats64, TxResult},
         dev_attr::{Attribute, AttributeText},
-        ethtool::DrvInfo,
+        ethtool::{Coalesce, DrvInfo, LinkSettings},
         link::{attr_size, LinkAttributes, LinkInfo},
         napi::Napi,
         rtnl::{restart_syscall, Rtnl, RtnlGuard},
@@ -141,6 +141,18 @@ impl Operations for IpoibNetdev {
 
     fn get_drvinfo(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, info: &mut DrvInfo) {
         port.fill_drvinfo(info);
+    }
+
+    fn get_link_settings(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result<LinkSettings> {
+        Ok(port.ethtool.link_settings())
+    }
+
+    fn get_coalesce(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result<Coalesce> {
+        Ok(port.ethtool.coalesce())
+    }
+
+    fn set_coalesce(dev: &NetDevice, port: ArcBorrow<'_, UdPort>, wanted: Coalesce) -> Result {
+        port.set_coalesce(wanted, dev.name())
     }
 
     const ETHTOOL_STATS: &'static [&'static CStr] = stats::ETHTOOL_STATS;

@@ -6,7 +6,7 @@
 
 use super::{
     dev_attr::{Attribute, AttributeTable, AttributeText},
-    ethtool::{DrvInfo, EthtoolAdapter},
+    ethtool::{Coalesce, DrvInfo, EthtoolAdapter, LinkSettings},
     link::{LinkAttributes, LinkInfo, LinkKind},
     napi::{Napi, NapiHandle},
     rtnl::Rtnl,
@@ -213,12 +213,11 @@ impl Setup {
     /// Offers scatter-gather: packets may come with page fragments, which the driver sends
     /// without gathering them first. On by default, switchable with `ethtool -K DEV sg`.
     pub fn set_scatter_gather(&mut self) {
-        let sg: bindings::netdev_features_t = 1 << bindings::NETIF_F_SG_BIT;
         let dev = self.raw();
         // SAFETY: The device is being set up by us alone.
         unsafe {
-            (*dev).hw_features |= sg;
-            (*dev).features |= sg;
+            (*dev).hw_features |= bindings::NETIF_F_SG;
+            (*dev).features |= bindings::NETIF_F_SG;
         }
     }
 
@@ -432,6 +431,34 @@ pub trait Operations: Sized + 'static {
         _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
         _info: &mut DrvInfo,
     ) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// The link's speed and duplex, as `ethtool DEV` shows them
+    /// (`ethtool_ops->get_link_ksettings`; called under RTNL).
+    fn get_link_settings(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+    ) -> Result<LinkSettings> {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// The receive coalescing in effect, for `ethtool -c` (`ethtool_ops->get_coalesce`).
+    fn get_coalesce(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+    ) -> Result<Coalesce> {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Applies `ethtool -C DEV rx-usecs N rx-frames N` (`ethtool_ops->set_coalesce`; only
+    /// offered with [`Operations::get_coalesce`]). The ethtool core refuses other
+    /// parameters.
+    fn set_coalesce(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _coalesce: Coalesce,
+    ) -> Result {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! ethtool operations (`struct ethtool_ops`): `ethtool -i` and `ethtool -S` for the devices
-//! of a driver, from its [`Operations`] implementation.
+//! ethtool operations (`struct ethtool_ops`): `ethtool -i`, `-S`, `-c`/`-C` and the link
+//! settings of `ethtool DEV` for the devices of a driver, from its [`Operations`]
+//! implementation.
 //!
 //! C header: [`include/linux/ethtool.h`](srctree/include/linux/ethtool.h).
 
 use super::dev::{Adapter, NetDevice, Operations};
-use crate::{bindings, ffi::c_int, str::CStr};
+use crate::{bindings, error::Error, ffi::c_int, str::CStr};
 use core::marker::PhantomData;
 
 /// Bytes of one counter name in `ethtool -S`, NUL included.
@@ -49,11 +50,33 @@ impl DrvInfo {
     }
 }
 
+/// The link as `ethtool DEV` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkSettings {
+    /// Data rate in Mb/s; 0 when unknown.
+    pub speed_mbps: u32,
+    /// Whether both directions carry data at once.
+    pub full_duplex: bool,
+}
+
+/// Interrupt coalescing of received packets (`ethtool -c`, `-C`): an event after
+/// `rx_max_frames` packets or `rx_usecs` microseconds, whichever comes first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Coalesce {
+    /// `rx-usecs`.
+    pub rx_usecs: u32,
+    /// `rx-frames`.
+    pub rx_max_frames: u32,
+}
+
 pub(crate) struct EthtoolAdapter<T: Operations>(PhantomData<T>);
 
 impl<T: Operations> EthtoolAdapter<T> {
     /// Whether `T` offers any ethtool operation.
-    pub(crate) const WANTED: bool = T::HAS_GET_DRVINFO || T::HAS_GET_ETHTOOL_STATS;
+    pub(crate) const WANTED: bool = T::HAS_GET_DRVINFO
+        || T::HAS_GET_ETHTOOL_STATS
+        || T::HAS_GET_LINK_SETTINGS
+        || T::HAS_GET_COALESCE;
 
     pub(crate) const OPS: bindings::ethtool_ops = bindings::ethtool_ops {
         get_drvinfo: if T::HAS_GET_DRVINFO {
@@ -62,6 +85,27 @@ impl<T: Operations> EthtoolAdapter<T> {
             None
         },
         get_link: Some(bindings::ethtool_op_get_link),
+        get_link_ksettings: if T::HAS_GET_LINK_SETTINGS {
+            Some(Self::get_link_ksettings_callback)
+        } else {
+            None
+        },
+        // The ethtool core refuses every other parameter before calling `set_coalesce`.
+        supported_coalesce_params: if T::HAS_GET_COALESCE {
+            bindings::ETHTOOL_COALESCE_RX_USECS | bindings::ETHTOOL_COALESCE_RX_MAX_FRAMES
+        } else {
+            0
+        },
+        get_coalesce: if T::HAS_GET_COALESCE {
+            Some(Self::get_coalesce_callback)
+        } else {
+            None
+        },
+        set_coalesce: if T::HAS_SET_COALESCE {
+            Some(Self::set_coalesce_callback)
+        } else {
+            None
+        },
         get_sset_count: if T::HAS_GET_ETHTOOL_STATS {
             Some(Self::get_sset_count_callback)
         } else {
@@ -99,6 +143,78 @@ impl<T: Operations> EthtoolAdapter<T> {
             )
         };
         T::get_drvinfo(ndev, data, info);
+    }
+
+    /// # Safety
+    ///
+    /// Called by the ethtool core only, for a registered device of ours, with `cmd` valid
+    /// for writes.
+    unsafe extern "C" fn get_link_ksettings_callback(
+        dev: *mut bindings::net_device,
+        cmd: *mut bindings::ethtool_link_ksettings,
+    ) -> c_int {
+        // SAFETY: The core passes a valid registered device of ours.
+        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev)) };
+        match T::get_link_settings(ndev, data) {
+            Ok(link) => {
+                // SAFETY: `cmd` is valid for writes; the core zeroed the link modes.
+                let base = unsafe { &mut (*cmd).base };
+                base.speed = link.speed_mbps;
+                base.duplex = if link.full_duplex {
+                    bindings::DUPLEX_FULL as u8
+                } else {
+                    bindings::DUPLEX_HALF as u8
+                };
+                base.port = bindings::PORT_OTHER as u8;
+                base.autoneg = bindings::AUTONEG_DISABLE as u8;
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the ethtool core only, for a registered device of ours, with `coal` valid
+    /// for writes.
+    unsafe extern "C" fn get_coalesce_callback(
+        dev: *mut bindings::net_device,
+        coal: *mut bindings::ethtool_coalesce,
+        _kernel_coal: *mut bindings::kernel_ethtool_coalesce,
+        _extack: *mut bindings::netlink_ext_ack,
+    ) -> c_int {
+        // SAFETY: The core passes a valid registered device of ours.
+        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev)) };
+        match T::get_coalesce(ndev, data) {
+            Ok(c) => {
+                // SAFETY: `coal` is valid for writes.
+                let coal = unsafe { &mut *coal };
+                coal.rx_coalesce_usecs = c.rx_usecs;
+                coal.rx_max_coalesced_frames = c.rx_max_frames;
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the ethtool core only, for a registered device of ours, with `coal` valid
+    /// for reads.
+    unsafe extern "C" fn set_coalesce_callback(
+        dev: *mut bindings::net_device,
+        coal: *mut bindings::ethtool_coalesce,
+        _kernel_coal: *mut bindings::kernel_ethtool_coalesce,
+        _extack: *mut bindings::netlink_ext_ack,
+    ) -> c_int {
+        // SAFETY: The core passes a valid registered device of ours and a valid request.
+        let (ndev, data, coal) =
+            unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev), &*coal) };
+        let wanted = Coalesce {
+            rx_usecs: coal.rx_coalesce_usecs,
+            rx_max_frames: coal.rx_max_coalesced_frames,
+        };
+        T::set_coalesce(ndev, data, wanted).map_or_else(Error::to_errno, |()| 0)
     }
 
     /// # Safety

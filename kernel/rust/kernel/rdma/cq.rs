@@ -111,6 +111,14 @@ impl<H: CompletionHandler> CompletionQueue<H> {
         Ok(usize::try_from(ret).unwrap_or(0))
     }
 
+    /// Moderates completion events: one after `count` completions or `period_us`
+    /// microseconds, whichever comes first (0 and 0: an event per completion). `EOPNOTSUPP`
+    /// where the device cannot.
+    pub fn set_moderation(&self, count: u16, period_us: u16) -> Result {
+        // SAFETY: `cq` is valid.
+        to_result(unsafe { bindings::rdma_set_cq_moderation(self.cq.as_ptr(), count, period_us) })
+    }
+
     /// Asks for a handler call at the next completion. Returns `true` when completions may
     /// have arrived before the request took effect: the caller must poll again.
     pub fn request_notify(&self) -> Result<bool> {

@@ -357,6 +357,31 @@ impl PortAttr {
         Mtu::from_raw(self.0.active_mtu)
     }
 
+    /// The data rate of the link in Mb/s: the lane rate times the lanes, 0 if the driver
+    /// reported neither.
+    pub fn speed_mbps(&self) -> u32 {
+        let lane = match u32::from(self.0.active_speed) {
+            bindings::ib_port_speed_IB_SPEED_SDR => 2500,
+            bindings::ib_port_speed_IB_SPEED_DDR => 5000,
+            bindings::ib_port_speed_IB_SPEED_QDR | bindings::ib_port_speed_IB_SPEED_FDR10 => 10000,
+            bindings::ib_port_speed_IB_SPEED_FDR => 14000,
+            bindings::ib_port_speed_IB_SPEED_EDR => 25000,
+            bindings::ib_port_speed_IB_SPEED_HDR => 50000,
+            bindings::ib_port_speed_IB_SPEED_NDR => 100000,
+            bindings::ib_port_speed_IB_SPEED_XDR => 200000,
+            _ => 0,
+        };
+        let lanes = match u32::from(self.0.active_width) {
+            bindings::ib_port_width_IB_WIDTH_1X => 1,
+            bindings::ib_port_width_IB_WIDTH_2X => 2,
+            bindings::ib_port_width_IB_WIDTH_4X => 4,
+            bindings::ib_port_width_IB_WIDTH_8X => 8,
+            bindings::ib_port_width_IB_WIDTH_12X => 12,
+            _ => 0,
+        };
+        lane * lanes
+    }
+
     /// The largest MTU the port supports, `None` if the driver reported none.
     pub fn max_mtu(&self) -> Option<Mtu> {
         Mtu::from_raw(self.0.max_mtu)

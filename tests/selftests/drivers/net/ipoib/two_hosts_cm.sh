@@ -14,7 +14,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 21
+ktap_set_plan 22
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -144,10 +144,29 @@ ethtool_shows() {
 		echo "multicast: $(ethtool_stat ib0 multicast) received, 100 expected"
 		return 1
 	fi
-	[ "$(ethtool -S ib0 | grep -c :)" -ge 18 ] &&
-		! ethtool -C ib0 rx-usecs 10 2>/dev/null
+	[ "$(ethtool -S ib0 | grep -c :)" -ge 18 ]
 }
 ipoib_check "$role: ethtool -i and -S on ib0 (driver, device, connected-mode counters)" ethtool_shows
+# ethtool: link settings from the port; receive coalescing shown, and refused with the
+# reason where the device cannot moderate its CQ (rxe), or past what a CQ takes.
+ethtool_link() {
+	local out
+	ethtool ib0 | grep -E "Speed|Duplex|Port:|Link detected"
+	ethtool ib0 | grep -Eq "^\s*Speed: [1-9][0-9]*Mb/s" && ethtool ib0 | grep -q "Duplex: Full" &&
+		ethtool ib0 | grep -q "Link detected: yes" || return 1
+	ethtool -c ib0 | grep -E "^rx-(usecs|frames):"
+	ethtool -c ib0 | grep -Eq "^rx-usecs:\s+0$" && ethtool -c ib0 | grep -Eq "^rx-frames:\s+0$" || return 1
+	klog_mark
+	out=$(ethtool -C ib0 rx-usecs 10 2>&1) && { echo "rx-usecs 10 accepted on rxe"; return 1; }
+	echo "ethtool -C ib0 rx-usecs 10: $out"
+	echo "$out" | grep -q "Operation not supported" &&
+		klog_since | grep -q "ib0: the RDMA device cannot moderate completions" || return 1
+	out=$(ethtool -C ib0 rx-frames 70000 2>&1) && { echo "rx-frames 70000 accepted"; return 1; }
+	echo "ethtool -C ib0 rx-frames 70000: $out"
+	echo "$out" | grep -q "Invalid argument" && klog_since | grep -q "ib0: coalescing refused" &&
+		! ethtool -C ib0 tx-usecs 5 2>/dev/null && ethtool -c ib0 | grep -Eq "^rx-usecs:\s+0$"
+}
+ipoib_check "$role: ethtool ib0 (speed, full duplex), -c and -C (refused with the reason on rxe)" ethtool_link
 
 # A bulk transfer, checked end to end: the client sends, the server compares checksums.
 # Scatter-gather is on, so TCP hands over pages that go out without a copy.
