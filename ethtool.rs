@@ -70,17 +70,22 @@ impl EthtoolState {
             u16::try_from(wanted.rx_max_frames),
             u16::try_from(wanted.rx_usecs),
         ) else {
-            pr_info!("{name}: coalescing refused: rx-frames and rx-usecs go up to {MODERATION_MAX}\n");
+            pr_info!(
+                "{name}: coalescing refused: rx-frames and rx-usecs go up to {MODERATION_MAX}\n"
+            );
             return Err(EINVAL);
         };
         match cq.set_moderation(frames, usecs) {
             Ok(()) => {
                 self.rx_usecs.store(wanted.rx_usecs, Ordering::Relaxed);
-                self.rx_frames.store(wanted.rx_max_frames, Ordering::Relaxed);
+                self.rx_frames
+                    .store(wanted.rx_max_frames, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) if e == EOPNOTSUPP => {
-                pr_info!("{name}: the RDMA device cannot moderate completions; coalescing unchanged\n");
+                pr_info!(
+                    "{name}: the RDMA device cannot moderate completions; coalescing unchanged\n"
+                );
                 Err(e)
             }
             Err(e) => {

@@ -489,12 +489,7 @@ impl SkbMapping {
             // SAFETY: By the type invariant `addr` maps the head bytes on `device`, which is
             // valid; it is forgotten above.
             unsafe {
-                bindings::ib_dma_unmap_single(
-                    self.device,
-                    addr,
-                    self.head_bytes().len(),
-                    to_device,
-                )
+                bindings::ib_dma_unmap_single(self.device, addr, self.head_bytes().len(), to_device)
             };
         }
         for (index, &addr) in self.frags.iter().take(self.mapped).enumerate() {
