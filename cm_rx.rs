@@ -8,7 +8,7 @@
 //! the queue pair mid-message.
 
 use crate::{
-    ipoib_cm::{now_ms, CmPort},
+    ipoib_cm::{now_ms, CmPort, RxSeen},
     stats::bump,
     wire::CmPrivateData,
 };
@@ -54,6 +54,9 @@ pub(crate) struct RxConnection {
     dead: AtomicBool,
     /// When it was closed (ms, monotonic).
     closed_at: AtomicI64,
+    /// The peer's queue pair of the connection, and its UD queue pair (from the REQ).
+    pub(crate) peer_qpn: u32,
+    pub(crate) peer_ud_qpn: u32,
 }
 
 impl RxConnection {
@@ -108,7 +111,7 @@ impl ListenHandler for CmListen {
         }
         // The peer's data is only checked: it announces its UD QPN and receive size, which
         // matter for the connection it opens toward us, not for this one.
-        CmPrivateData::parse(req.private_data()).map_err(|_| EINVAL)?;
+        let peer = CmPrivateData::parse(req.private_data()).map_err(|_| EINVAL)?;
         let drain = Arc::new(
             RxDrain {
                 drained: AtomicBool::new(false),
@@ -128,11 +131,17 @@ impl ListenHandler for CmListen {
                 drain,
                 dead: AtomicBool::new(false),
                 closed_at: AtomicI64::new(0),
+                peer_qpn: req.remote_qpn(),
+                peer_ud_qpn: peer.qpn,
             },
             GFP_KERNEL,
         )?;
         let key = port.rx_serial.fetch_add(1, Ordering::Relaxed);
-        let seen = RBTreeNode::new(conn.qp.id(), now_ms(), GFP_KERNEL)?;
+        let seen = RxSeen {
+            last: now_ms(),
+            packets: 0,
+        };
+        let seen = RBTreeNode::new(conn.qp.id(), seen, GFP_KERNEL)?;
         let old = port.rx_seen.lock().insert(seen);
         drop(old);
         let mut rx = port.rx.lock();

@@ -7,12 +7,12 @@
 
 use crate::{
     cq::TxCqEvents,
-    ipoib_cm::CmPort,
+    ipoib_cm::{now_ms, CmPort},
     send_credits::SendCredits,
     stats::bump,
     wire::{self, CmPrivateData, HwAddr, CM_MTU, HWADDR_LEN},
 };
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::{
     net::{dev::NetDevice, skb::SkBuff},
     new_spinlock_bh,
@@ -145,9 +145,33 @@ pub(crate) struct TxConnection {
     pub(crate) state: SpinLockBh<TxState>,
     /// The largest payload the peer receives, from its REP.
     mtu: AtomicU32,
+    /// Messages posted, and when the last one was (ms, monotonic), for debugfs.
+    packets: AtomicU64,
+    last_ms: AtomicI64,
 }
 
 impl TxConnection {
+    /// One line for debugfs (`<if>_cm`): peer, state, queue pair, MTU, traffic.
+    #[cfg(CONFIG_DEBUG_FS)]
+    pub(crate) fn show(&self, out: &mut impl core::fmt::Write, now: i64) -> core::fmt::Result {
+        let (phase, qpn) = {
+            let s = self.state.lock();
+            (s.phase, s.link.as_ref().map(|l| l.qp.qp_num()))
+        };
+        write!(out, "tx peer {} state {:?} qpn ", self.dest, phase)?;
+        match qpn {
+            Some(qpn) => write!(out, "0x{qpn:06x}")?,
+            None => out.write_str("-")?,
+        }
+        writeln!(
+            out,
+            " mtu {} packets {} idle {} ms",
+            self.mtu.load(Ordering::Relaxed),
+            self.packets.load(Ordering::Relaxed),
+            now - self.last_ms.load(Ordering::Relaxed)
+        )
+    }
+
     pub(crate) fn new(port: Arc<CmPort>, dest: HwAddr) -> Result<Arc<Self>> {
         let held = Held::new()?;
         Arc::pin_init(
@@ -163,6 +187,8 @@ impl TxConnection {
                     "TxConnection::state"
                 ),
                 mtu: AtomicU32::new(0),
+                packets: AtomicU64::new(0),
+                last_ms: AtomicI64::new(now_ms()),
             }),
             GFP_ATOMIC,
         )
@@ -225,6 +251,8 @@ impl TxConnection {
         }
         match link.qp.post_skb(skb, HWADDR_LEN as u32) {
             Ok(()) => {
+                self.packets.fetch_add(1, Ordering::Relaxed);
+                self.last_ms.store(now_ms(), Ordering::Relaxed);
                 bump(&c.tx_packets, 1);
                 bump(&c.tx_bytes, u64::from(len));
             }

@@ -25,6 +25,7 @@ use kernel::{
 mod cm_rx;
 mod cm_tx;
 mod cq;
+mod debugfs;
 mod ethtool;
 mod ipoib_cm;
 mod ipoib_ud;
@@ -38,6 +39,7 @@ mod stats;
 /// Wire formats, shared byte for byte with C peers; also built and tested on the host.
 pub mod wire;
 
+use debugfs::{DebugFiles, DebugRoot};
 use ipoib_ud::UdPort;
 
 /// The name the core's resource tracking shows for our queues and queue pairs.
@@ -60,6 +62,8 @@ struct IpoibModule {
 struct ClientContext {
     /// `ip link set ibN type ipoib mode ...` and `ip -d link show`.
     link_kind: Arc<LinkKind<IpoibNetdev>>,
+    /// `ipoib/` in debugfs.
+    debug_root: DebugRoot,
 }
 
 /// The `ip link` kind of IPoIB interfaces, as the C driver names it.
@@ -69,7 +73,13 @@ impl kernel::Module for IpoibModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let link_kind = LinkKind::register(LINK_KIND, netdev::LINK_MAXTYPE)?;
         // The kind is unregistered once the last interface and the context let go of it.
-        let context = Arc::new(ClientContext { link_kind }, GFP_KERNEL)?;
+        let context = Arc::new(
+            ClientContext {
+                link_kind,
+                debug_root: DebugRoot::new(),
+            },
+            GFP_KERNEL,
+        )?;
         let client = client::Registration::new(context)?;
         pr_info!("loaded\n");
         Ok(Self { _client: client })
@@ -92,6 +102,7 @@ struct IpoibPort {
     port: u32,
     datapath: Arc<UdPort>,
     netdev: Registration<IpoibNetdev>,
+    _debug: Option<DebugFiles>,
 }
 
 /// The interfaces of one device; also told of the device's events.
@@ -240,10 +251,17 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
             "datagram"
         }
     );
+    // Debugging aids only: the interface works without them.
+    let debug =
+        DebugFiles::new(&ctx.debug_root, netdev.device().name(), &datapath).unwrap_or_else(|e| {
+            pr_info!("{}: no debugfs files ({:?})\n", netdev.device().name(), e);
+            None
+        });
     Ok(IpoibPort {
         port,
         datapath,
         netdev,
+        _debug: debug,
     })
 }
 

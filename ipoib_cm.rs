@@ -101,13 +101,22 @@ pub(crate) struct CmPort {
     /// When each receive connection last delivered a message (ms, monotonic), by queue
     /// pair: NAPI only knows a completion's queue pair.
     #[pin]
-    pub(crate) rx_seen: SpinLockBh<RBTree<QpId, i64>>,
+    pub(crate) rx_seen: SpinLockBh<RBTree<QpId, RxSeen>>,
     /// Sets connections up and destroys them.
     #[pin]
     work: Work<CmPort>,
     /// Closes idle receive connections, periodically while the interface is up.
     #[pin]
     stale_work: DelayedWork<CmPort, 1>,
+}
+
+/// What NAPI records of a receive connection's traffic.
+#[derive(Clone, Copy)]
+pub(crate) struct RxSeen {
+    /// When it last delivered a message (ms, monotonic).
+    pub(crate) last: i64,
+    /// Messages delivered.
+    pub(crate) packets: u64,
 }
 
 /// Monotonic time in milliseconds.
@@ -241,7 +250,7 @@ impl CmPort {
             if conn.is_dead() {
                 continue;
             }
-            let last = self.rx_seen.lock().get(&conn.qp.id()).copied();
+            let last = self.rx_seen.lock().get(&conn.qp.id()).map(|s| s.last);
             if last.map_or(true, |t| t < deadline) {
                 conn.close();
                 closed += 1;
@@ -371,6 +380,40 @@ impl CmPort {
     }
 
     /// Transmit and receive connections in place.
+    /// Lists every connection for debugfs (`<if>_cm`): transmit ones, then receive ones.
+    #[cfg(CONFIG_DEBUG_FS)]
+    pub(crate) fn show_connections(
+        &self,
+        out: &mut impl core::fmt::Write,
+        now: i64,
+    ) -> core::fmt::Result {
+        // Each connection's state lock is taken outside the table's.
+        let mut tx = KVec::new();
+        for conn in self.tx.lock().values() {
+            if tx.push(conn.clone(), GFP_ATOMIC).is_err() {
+                break;
+            }
+        }
+        for conn in &tx {
+            conn.show(out, now)?;
+        }
+        for id in self.rx.lock().values() {
+            let conn = id.handler();
+            let seen = self.rx_seen.lock().get(&conn.qp.id()).copied();
+            writeln!(
+                out,
+                "rx peer-qpn 0x{:06x} peer-ud-qpn 0x{:06x} state {} qpn 0x{:06x} packets {} idle {} ms",
+                conn.peer_qpn,
+                conn.peer_ud_qpn,
+                if conn.is_dead() { "closing" } else { "live" },
+                conn.qp.qp_num(),
+                seen.map_or(0, |s| s.packets),
+                seen.map_or(0, |s| now - s.last),
+            )?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn connection_counts(&self) -> (u64, u64) {
         let tx = self.tx.lock().iter().count() as u64;
         let rx = self.rx.lock().iter().count() as u64;
@@ -412,8 +455,9 @@ impl CmPort {
     pub(crate) fn receive(&self, wc: &WorkCompletion, mut buf: ScatterBuffer, napi: &Napi) {
         let c = &self.counters;
         if let WcStatus::Success = wc.status() {
-            if let Some(t) = self.rx_seen.lock().get_mut(&wc.qp_id()) {
-                *t = now_ms();
+            if let Some(seen) = self.rx_seen.lock().get_mut(&wc.qp_id()) {
+                seen.last = now_ms();
+                seen.packets += 1;
             }
         }
         match wc.status() {

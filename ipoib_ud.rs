@@ -123,6 +123,9 @@ pub(crate) struct UdPort {
     up: AtomicBool,
     /// Link speed and receive coalescing, for ethtool.
     pub(crate) ethtool: EthtoolState,
+    /// When the broadcast group was joined (ms, monotonic), for debugfs.
+    #[cfg_attr(not(CONFIG_DEBUG_FS), allow(dead_code))]
+    bcast_joined_ms: i64,
 }
 
 fn rdma_gid(g: &wire::Gid) -> Gid {
@@ -286,6 +289,7 @@ impl UdPort {
                 neigh_gc <- new_delayed_work!("UdPort::neigh_gc"),
                 up: AtomicBool::new(false),
                 ethtool: EthtoolState::new(&attr),
+                bcast_joined_ms: now_ms(),
             }),
             GFP_KERNEL,
         )
@@ -690,6 +694,58 @@ impl UdPort {
     pub(crate) fn arm(&self) {
         let _ = self.recv_cq.request_notify();
         let _ = self.send_cq.request_notify();
+    }
+
+    /// The multicast groups for debugfs (`<if>_mcg`): the broadcast group, then the joined
+    /// ones.
+    #[cfg(CONFIG_DEBUG_FS)]
+    pub(crate) fn show_groups(&self, out: &mut impl core::fmt::Write) -> core::fmt::Result {
+        use crate::debugfs::write_group;
+        let mut result = write_group(out, &self.broadcast.gid().0, self.bcast_joined_ms);
+        self.mcast.for_each_joined(|mgid, joined_ms| {
+            if result.is_ok() {
+                result = write_group(out, &mgid.0, joined_ms);
+            }
+        });
+        result
+    }
+
+    /// The destinations for debugfs (`<if>_path`), in the C driver's format: each has an
+    /// address handle (on RoCE no LID or SL applies), with its idle time.
+    #[cfg(CONFIG_DEBUG_FS)]
+    pub(crate) fn show_paths(
+        &self,
+        out: &mut impl core::fmt::Write,
+        now: i64,
+    ) -> core::fmt::Result {
+        use crate::debugfs::GidText;
+        let neigh = self.neigh.lock();
+        let mut result = Ok(());
+        neigh.for_each(|gid, used| {
+            if result.is_ok() {
+                result = write!(
+                    out,
+                    "GID: {}\n  complete: {:>6}\n  idle: {:>10} ms\n\n",
+                    GidText(gid),
+                    "yes",
+                    now - used
+                );
+            }
+        });
+        result
+    }
+
+    /// The connections for debugfs (`<if>_cm`), one line each.
+    #[cfg(CONFIG_DEBUG_FS)]
+    pub(crate) fn show_connections(
+        &self,
+        out: &mut impl core::fmt::Write,
+        now: i64,
+    ) -> core::fmt::Result {
+        match &self.cm {
+            Some(cm) => cm.show_connections(out, now),
+            None => Ok(()),
+        }
     }
 
     /// Applies `ethtool -C` to the receive CQ.

@@ -20,6 +20,8 @@ pub(crate) const MAX_GROUPS: usize = 64;
 /// A group we are a member of.
 pub(crate) struct Joined {
     mgid: Gid,
+    /// When it was joined (ms, monotonic).
+    joined_ms: i64,
     /// The IP-level join on the Ethernet device.
     _member: Ipv6McMembership,
 }
@@ -28,6 +30,7 @@ impl Joined {
     pub(crate) fn new(mgid: Gid, member: Ipv6McMembership) -> Self {
         Self {
             mgid,
+            joined_ms: crate::ipoib_cm::now_ms(),
             _member: member,
         }
     }
@@ -68,6 +71,13 @@ impl McastGroups {
             ),
             joined <- new_mutex!(slots, "McastGroups::joined"),
         }))
+    }
+
+    /// Calls `f` with each joined group and when it was joined (process context).
+    pub(crate) fn for_each_joined(&self, mut f: impl FnMut(&Gid, i64)) {
+        for j in self.joined.lock().iter().flatten() {
+            f(&j.mgid, j.joined_ms);
+        }
     }
 
     /// Records the groups the multicast list now asks for (atomic context) and, if they

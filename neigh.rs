@@ -70,6 +70,13 @@ impl Neighbours {
     }
 
     /// Whether `gid` has a handle.
+    /// Calls `f` with each destination and when a packet last used it.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&[u8; 16], i64)) {
+        for (gid, entry) in self.entries.iter() {
+            f(gid, entry.used);
+        }
+    }
+
     pub(crate) fn contains(&self, gid: &[u8; 16]) -> bool {
         self.entries.get(gid).is_some()
     }

@@ -2,7 +2,7 @@
 # Export the kernel overlay, the driver and its tests as a `git format-patch` series against
 # pristine Linux, split as upstream would review it: one commit per kernel/patches/*.patch,
 # each with that patch's edits of existing files and the new files of its part:
-#   0001 bindings and C helpers   0002 core crate additions (sync, workqueue, delay, params)
+#   0001 bindings and C helpers   0002 core crate additions (sync, workqueue, debugfs, ...)
 #   0003 net abstractions         0004 RDMA abstractions
 #   0005 the driver               0006 the selftests
 # The commit messages are the patches' headers; the author and sign-off are those of the
@@ -19,7 +19,7 @@ manifest=$KTREE/.ipoib-rs-manifest
 part_of() {
 	case $1 in
 	rust/helpers/*) echo 0001 ;;
-	rust/kernel/sync/* | rust/kernel/delay.rs | rust/kernel/module_param.rs) echo 0002 ;;
+	rust/kernel/sync/* | rust/kernel/delay.rs | rust/kernel/debugfs.rs | rust/kernel/module_param.rs) echo 0002 ;;
 	rust/kernel/net/*) echo 0003 ;;
 	rust/kernel/rdma.rs | rust/kernel/rdma/*) echo 0004 ;;
 	drivers/infiniband/ulp/ipoib_rs/*) echo 0005 ;;

@@ -26,10 +26,10 @@ use crate::{
     },
     ffi::{c_int, c_void},
     net::skb::SkBuff,
-    new_spinlock_bh,
+    new_mutex, new_spinlock_bh,
     prelude::*,
     str::CStr,
-    sync::{Arc, SpinLockBh},
+    sync::{Arc, Mutex, SpinLockBh},
 };
 use core::{
     ptr::NonNull,
@@ -406,6 +406,9 @@ pub struct QueuePair {
     send: SpinLockBh<Slots<SendSlot>>,
     #[pin]
     recv: RecvRing<DmaBuffer>,
+    /// Multicast groups attached, left before the queue pair is destroyed.
+    #[pin]
+    mcast: Mutex<KVec<Option<(Gid, u16)>>>,
     pd: Arc<ProtectionDomain>,
     srq: Option<Arc<dyn SharedQueue>>,
     events: Option<NonNull<Arc<dyn QpEventHandler>>>,
@@ -520,6 +523,7 @@ impl QueuePair {
             serial,
             send <- new_spinlock_bh!(send, "QueuePair::send"),
             recv <- recv,
+            mcast <- new_mutex!(KVec::new(), "QueuePair::mcast"),
             pd: pd.clone(),
             srq,
             events,
@@ -618,18 +622,38 @@ impl QueuePair {
         self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
     }
 
-    /// Joins the multicast group `gid` (with `lid` on InfiniBand, 0 on RoCE) on this QP.
+    /// Joins the multicast group `gid` (with `lid` on InfiniBand, 0 on RoCE) on this QP
+    /// (process context). The queue pair leaves every group still joined when it is dropped:
+    /// the core refuses to destroy an attached queue pair.
     pub fn attach_mcast(&self, gid: &Gid, lid: u16) -> Result {
-        let mut gid = bindings::ib_gid { raw: gid.0 };
-        // SAFETY: `qp` is valid and `gid` is valid for the call.
-        to_result(unsafe { bindings::ib_attach_mcast(self.qp.as_ptr(), &mut gid, lid) })
+        let mut attached = self.mcast.lock();
+        // A free slot first, so that a group attached is always recorded.
+        if !attached.iter().any(Option::is_none) {
+            attached.push(None, GFP_KERNEL)?;
+        }
+        let mut raw = bindings::ib_gid { raw: gid.0 };
+        // SAFETY: `qp` is valid and `raw` is valid for the call.
+        to_result(unsafe { bindings::ib_attach_mcast(self.qp.as_ptr(), &mut raw, lid) })?;
+        if let Some(slot) = attached.iter_mut().find(|slot| slot.is_none()) {
+            *slot = Some((*gid, lid));
+        }
+        Ok(())
     }
 
-    /// Leaves the multicast group `gid`.
+    /// Leaves the multicast group `gid` (process context).
     pub fn detach_mcast(&self, gid: &Gid, lid: u16) -> Result {
-        let mut gid = bindings::ib_gid { raw: gid.0 };
-        // SAFETY: `qp` is valid and `gid` is valid for the call.
-        to_result(unsafe { bindings::ib_detach_mcast(self.qp.as_ptr(), &mut gid, lid) })
+        let mut attached = self.mcast.lock();
+        Self::detach_raw(self.qp, gid, lid)?;
+        if let Some(slot) = attached.iter_mut().find(|slot| **slot == Some((*gid, lid))) {
+            *slot = None;
+        }
+        Ok(())
+    }
+
+    fn detach_raw(qp: NonNull<bindings::ib_qp>, gid: &Gid, lid: u16) -> Result {
+        let mut raw = bindings::ib_gid { raw: gid.0 };
+        // SAFETY: `qp` is a valid queue pair of ours and `raw` is valid for the call.
+        to_result(unsafe { bindings::ib_detach_mcast(qp.as_ptr(), &mut raw, lid) })
     }
 
     fn wr_id(&self, index: usize) -> u64 {
@@ -908,10 +932,17 @@ impl QueuePair {
 #[pinned_drop]
 impl PinnedDrop for QueuePair {
     fn drop(self: Pin<&mut Self>) {
+        // The core refuses to destroy a queue pair still attached to a group.
+        for (gid, lid) in self.mcast.lock().iter_mut().filter_map(Option::take) {
+            let _ = Self::detach_raw(self.qp, &gid, lid);
+        }
         // SAFETY: By the type invariant `qp` is valid and destroyed only here. The device
         // stops accessing posted buffers, which are freed afterwards with the fields, and
         // stops reporting events.
-        unsafe { bindings::ib_destroy_qp_user(self.qp.as_ptr(), core::ptr::null_mut()) };
+        let ret = unsafe { bindings::ib_destroy_qp_user(self.qp.as_ptr(), core::ptr::null_mut()) };
+        if ret != 0 {
+            crate::pr_err!("queue pair {} not destroyed ({})\n", self.qp_num(), ret);
+        }
         if let Some(p) = self.events {
             // SAFETY: By the type invariant `p` came from `KBox::into_raw`; the queue pair that
             // used it is gone and `drop` runs once.

@@ -14,7 +14,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 22
+ktap_set_plan 23
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -131,6 +131,18 @@ rc_qps() {
 	[ "$(rdma res show qp type RC | grep -c "comm \[$MODULE\]")" -ge 2 ]
 }
 ipoib_check "$role: RC queue pairs of $MODULE on rxe0 (one per direction)" rc_qps
+# debugfs: the C driver's _mcg and _path files, and our _cm listing both connections.
+debugfs_files() {
+	local d=/sys/kernel/debug/ipoib
+	head -n 12 $d/ib0_mcg && cat $d/ib0_path $d/ib0_cm || return 1
+	grep -qx "GID: ff12:401b:ffff:0:0:0:ffff:ffff" $d/ib0_mcg &&
+		grep -Eq "^  complete: +yes$" $d/ib0_mcg || { echo "no broadcast group in ib0_mcg"; return 1; }
+	grep -q "^GID: " $d/ib0_path && grep -Eq "^  complete: +yes$" $d/ib0_path ||
+		{ echo "no destination in ib0_path"; return 1; }
+	grep -Eq "^tx peer .* state Live qpn 0x[0-9a-f]{6} mtu 65520 packets [1-9][0-9]* " $d/ib0_cm &&
+		grep -Eq "^rx peer-qpn 0x[0-9a-f]{6} .* state live qpn 0x[0-9a-f]{6} packets [1-9][0-9]* " $d/ib0_cm
+}
+ipoib_check "$role: debugfs ipoib/ib0_mcg, ib0_path and ib0_cm list the groups, destinations and connections" debugfs_files
 # ethtool: the driver and its RDMA device, and counters of both modes.
 ethtool_shows() {
 	local s
@@ -279,5 +291,6 @@ finish_together 240 || ktap_print_msg "peer did not finish in time"
 [ "$role" = server ] && kill $(pidof netserver) $(pidof iperf3) 2>/dev/null
 rmmod "$MODULE"
 KLOG_MARK=$start_mark
-ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
+ipoib_check "$role: unloaded, kernel log clean, debugfs files gone" \
+	eval '! module_loaded && klog_clean_since && [ ! -e /sys/kernel/debug/ipoib ]'
 ktap_finished

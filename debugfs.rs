@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! debugfs files of an interface, under `ipoib/` as the C driver's: `<if>_mcg` (multicast
+//! groups) and `<if>_path` (destinations), in its format, and `<if>_cm` (every connection of
+//! connected mode). Created with the interface under its first name; nothing is shown
+//! where debugfs is not built in.
+
+use crate::ipoib_ud::UdPort;
+use kernel::{prelude::*, sync::Arc};
+
+#[cfg(CONFIG_DEBUG_FS)]
+mod files {
+    use super::*;
+    use crate::ipoib_cm::now_ms;
+    use core::fmt::{self, Write};
+    use kernel::{
+        debugfs::{Dir, File, SeqFile, Show},
+        str::CString,
+    };
+
+    /// The `ipoib` directory at the root of debugfs, while the module is loaded.
+    pub(crate) struct DebugRoot(Option<Arc<Dir>>);
+
+    impl DebugRoot {
+        /// Creates the directory; without debugfs (not mounted, or refused) there is none.
+        pub(crate) fn new() -> Self {
+            Self(Dir::new(kernel::c_str!("ipoib"), None).ok())
+        }
+    }
+
+    /// A GID as the C driver prints it: eight groups of hex digits, without leading zeros.
+    pub(crate) struct GidText<'a>(pub(crate) &'a [u8; 16]);
+
+    impl fmt::Display for GidText<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            for (i, pair) in self.0.chunks(2).enumerate() {
+                let group = pair.iter().fold(0u16, |acc, &b| (acc << 8) | u16::from(b));
+                if i > 0 {
+                    f.write_char(':')?;
+                }
+                write!(f, "{group:x}")?;
+            }
+            Ok(())
+        }
+    }
+
+    /// One multicast group in the C driver's `_mcg` format (RoCE joins complete at once,
+    /// nothing is queued, and send-only groups need no join).
+    pub(crate) fn write_group(
+        out: &mut impl Write,
+        mgid: &[u8; 16],
+        joined_ms: i64,
+    ) -> fmt::Result {
+        write!(
+            out,
+            "GID: {}\n  created: {:10}\n  queuelen: {:9}\n  complete: {:>9}\n  send_only: {:>8}\n\n",
+            GidText(mgid),
+            joined_ms,
+            0,
+            "yes",
+            "no"
+        )
+    }
+
+    struct Groups(Arc<UdPort>);
+    struct Paths(Arc<UdPort>);
+    struct Connections(Arc<UdPort>);
+
+    impl Show for Groups {
+        fn show(&self, out: &mut SeqFile) -> Result {
+            self.0.show_groups(out).map_err(|_| EINVAL)
+        }
+    }
+
+    impl Show for Paths {
+        fn show(&self, out: &mut SeqFile) -> Result {
+            self.0.show_paths(out, now_ms()).map_err(|_| EINVAL)
+        }
+    }
+
+    impl Show for Connections {
+        fn show(&self, out: &mut SeqFile) -> Result {
+            self.0.show_connections(out, now_ms()).map_err(|_| EINVAL)
+        }
+    }
+
+    /// The files of one interface, removed on drop.
+    pub(crate) struct DebugFiles {
+        _groups: File<Groups>,
+        _paths: File<Paths>,
+        _connections: File<Connections>,
+    }
+
+    impl DebugFiles {
+        /// Creates `<name>_mcg`, `<name>_path` and `<name>_cm` in `root`; `None` without
+        /// debugfs.
+        pub(crate) fn new(
+            root: &DebugRoot,
+            name: &CStr,
+            port: &Arc<UdPort>,
+        ) -> Result<Option<Self>> {
+            let Some(dir) = &root.0 else {
+                return Ok(None);
+            };
+            let file_name = |suffix: &str| CString::try_from_fmt(kernel::fmt!("{name}_{suffix}"));
+            Ok(Some(Self {
+                _groups: File::new(
+                    dir,
+                    &file_name("mcg")?,
+                    Arc::new(Groups(port.clone()), GFP_KERNEL)?,
+                )?,
+                _paths: File::new(
+                    dir,
+                    &file_name("path")?,
+                    Arc::new(Paths(port.clone()), GFP_KERNEL)?,
+                )?,
+                _connections: File::new(
+                    dir,
+                    &file_name("cm")?,
+                    Arc::new(Connections(port.clone()), GFP_KERNEL)?,
+                )?,
+            }))
+        }
+    }
+}
+
+#[cfg(not(CONFIG_DEBUG_FS))]
+mod files {
+    use super::*;
+
+    /// Without debugfs there is no directory.
+    pub(crate) struct DebugRoot;
+
+    impl DebugRoot {
+        pub(crate) fn new() -> Self {
+            Self
+        }
+    }
+
+    /// Without debugfs there are no files.
+    pub(crate) struct DebugFiles;
+
+    impl DebugFiles {
+        pub(crate) fn new(
+            _root: &DebugRoot,
+            _name: &CStr,
+            _port: &Arc<UdPort>,
+        ) -> Result<Option<Self>> {
+            Ok(None)
+        }
+    }
+}
+
+pub(crate) use files::*;

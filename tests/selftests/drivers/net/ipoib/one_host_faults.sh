@@ -1,0 +1,112 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Error paths under allocation failures (failslab): the Nth kmalloc of the task that loads
+# the module, brings an interface up, switches its mode or adds a device is made to fail
+# (/proc/self/fail-nth), N moving from the first allocations to thousands in. Each attempt
+# must fail with an error or succeed, never crash, warn or leave state behind: the kernel
+# log stays clean, the module unloads, and afterwards both interfaces work.
+. "$(dirname "$0")/lib.sh"
+
+FS=/sys/kernel/debug/failslab
+NS=ipoibfaults
+# Which allocation fails: dense among the first ones, sparser through the receive rings.
+NTH="${IPOIB_FAULTS_NTH:-1 2 3 5 8 12 17 25 35 50 70 100 140 200 280 400 560 800 1100 1500 2000 2700 3600 4800 6400}"
+
+ktap_print_header
+if ! modinfo "$MODULE" >/dev/null 2>&1; then
+	ktap_skip_all "module $MODULE not installed"
+	exit "$KSFT_SKIP"
+fi
+if [ ! -d "$FS" ] || [ ! -e /proc/self/fail-nth ]; then
+	ktap_skip_all "no failslab (CONFIG_FAILSLAB, CONFIG_FAULT_INJECTION_DEBUG_FS, debugfs mounted)"
+	exit "$KSFT_SKIP"
+fi
+one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
+module_loaded && rmmod "$MODULE"
+ktap_set_plan 7
+klog_mark
+start_mark=$KLOG_MARK
+
+# Failures only where a task asks for one (fail-nth), sleeping allocations included,
+# silently.
+echo 0 >$FS/probability
+echo 0 >$FS/times
+echo "${IPOIB_FAULTS_VERBOSE:-0}" >$FS/verbose
+echo N >$FS/ignore-gfp-wait
+echo Y >$FS/task-filter
+
+# under_failslab N COMMAND...: runs COMMAND in a task whose Nth kmalloc fails (a process
+# it forks starts afresh, so COMMAND must do the work itself).
+under_failslab() {
+	local nth=$1
+	shift
+	(echo "$nth" >/proc/self/fail-nth && exec "$@") >/tmp/faults.out 2>&1
+}
+
+# sweep NAME UNDO COMMAND...: COMMAND with each allocation of $NTH failing, then UNDO,
+# which must succeed whatever COMMAND did. Prints how many attempts failed; fails if the
+# kernel log shows trouble.
+sweep() {
+	local name=$1 undo=$2 n failed=0 total=0
+	shift 2
+	klog_mark
+	for n in $NTH; do
+		total=$((total + 1))
+		under_failslab "$n" "$@" || failed=$((failed + 1))
+		eval "$undo" || { echo "$name: '$undo' failed after allocation $n failed"; return 1; }
+	done
+	echo "$name: $failed of $total attempts failed under injection"
+	if ! klog_clean_since; then
+		klog_since | grep -E -B2 -A12 "$KLOG_TROUBLE" | head -n 40
+		return 1
+	fi
+	# The injection must have hit: at least the smallest budgets fail.
+	[ "$failed" -ge 1 ]
+}
+
+loads() {
+	# An attempt may load the module with a device left out.
+	sweep "modprobe" '! module_loaded || rmmod $MODULE' modprobe "$MODULE"
+}
+ipoib_check "modprobe under kmalloc failures: fails cleanly or loads, unloads" loads
+
+modprobe "$MODULE" || ktap_exit_fail_msg "modprobe $MODULE failed without injection"
+if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
+KLOG_MARK=$start_mark
+ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
+[ -n "$ib_a" ] && [ -n "$ib_b" ] || ktap_exit_fail_msg "interfaces of rxe0 and rxe1 not found"
+
+ipoib_check "ip link set $ib_a up under kmalloc failures: fails cleanly or comes up" \
+	sweep "link up" "ip link set $ib_a down" ip link set "$ib_a" up
+ipoib_check "mode switches of $ib_a (up) under kmalloc failures" eval '
+	ip link set '"$ib_a"' up &&
+	sweep "mode datagram" "echo connected >/sys/class/net/'"$ib_a"'/mode" \
+		sh -c "echo datagram >/sys/class/net/'"$ib_a"'/mode" &&
+	sweep "mode connected" "echo datagram >/sys/class/net/'"$ib_a"'/mode" \
+		sh -c "echo connected >/sys/class/net/'"$ib_a"'/mode"'
+dummy_device() {
+	ip link add ipoibfault0 type dummy && ip link set ipoibfault0 up || return 1
+	sweep "rdma link add" '[ ! -d /sys/class/infiniband/rxe9 ] || rdma link delete rxe9' \
+		rdma link add rxe9 type rxe netdev ipoibfault0
+	local rc=$?
+	ip link del ipoibfault0
+	return $rc
+}
+ipoib_check "a device added under kmalloc failures: taken on or left out, removed cleanly" dummy_device
+
+# Afterwards everything still works: datagram mode across namespaces, then unload.
+works() {
+	echo datagram >/sys/class/net/$ib_a/mode && echo datagram >/sys/class/net/$ib_b/mode &&
+		ip netns add "$NS" && ip link set "$ib_b" netns "$NS" &&
+		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" && ip -n "$NS" link set "$ib_b" up &&
+		ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up &&
+		wait_for 30 ping -c 1 -W 1 198.51.100.2
+}
+ipoib_check "$ib_a and $ib_b still reach each other afterwards" works
+ip netns del "$NS" 2>/dev/null
+ipoib_check "module unloads" eval 'rmmod $MODULE && ! module_loaded'
+ipoib_check "a clean load afterwards creates both interfaces" eval '
+	klog_mark && modprobe $MODULE && [ -n "$(if_of rxe0)" ] && [ -n "$(if_of rxe1)" ] && rmmod $MODULE'
+KLOG_MARK=$start_mark
+klog_clean_since || ktap_print_msg "kernel log not clean (see above)"
+ktap_finished
