@@ -44,21 +44,22 @@ mod files {
         }
     }
 
-    /// One multicast group in the C driver's `_mcg` format (RoCE joins complete at once,
-    /// nothing is queued, and send-only groups need no join).
+    /// One multicast group in the C driver's `_mcg` format: RoCE joins complete at once and
+    /// nothing is queued; a send-only group is one sent to without joining.
     pub(crate) fn write_group(
         out: &mut impl Write,
         mgid: &[u8; 16],
-        joined_ms: i64,
+        created_ms: i64,
+        send_only: bool,
     ) -> fmt::Result {
         write!(
             out,
             "GID: {}\n  created: {:10}\n  queuelen: {:9}\n  complete: {:>9}\n  send_only: {:>8}\n\n",
             GidText(mgid),
-            joined_ms,
+            created_ms,
             0,
             "yes",
-            "no"
+            if send_only { "yes" } else { "no" }
         )
     }
 

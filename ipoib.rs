@@ -160,8 +160,8 @@ impl EventHandler for Ports {
         match event {
             AsyncEvent::PortActive(_) => {
                 p.datapath.set_port_active(true);
-                // The speed may have changed with the link (IB core work, no RTNL held).
-                p.datapath.refresh_port();
+                // The speed may have changed with the link.
+                UdPort::refresh_port(p.datapath.as_arc_borrow());
                 // A send that found the port down may have failed the queue pair.
                 UdPort::schedule_recovery(p.datapath.as_arc_borrow());
                 dev.carrier_on();

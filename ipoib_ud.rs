@@ -116,6 +116,11 @@ pub(crate) struct UdPort {
     /// down; rxe does).
     #[pin]
     recover_work: Work<UdPort, 3>,
+    /// Queries the port again after a port event: not from the event handler, which runs
+    /// under the core's event lock, nor from a work item flushed under RTNL (querying a
+    /// RoCE port takes RTNL).
+    #[pin]
+    port_work: Work<UdPort, 5>,
     /// Ages the neighbours, periodically while the interface is up.
     #[pin]
     neigh_gc: DelayedWork<UdPort, 4>,
@@ -286,6 +291,7 @@ impl UdPort {
                 napi: napi.clone(),
                 recovery_due: AtomicBool::new(false),
                 recover_work <- new_work!("UdPort::recover_work"),
+                port_work <- new_work!("UdPort::port_work"),
                 neigh_gc <- new_delayed_work!("UdPort::neigh_gc"),
                 up: AtomicBool::new(false),
                 ethtool: EthtoolState::new(&attr),
@@ -391,6 +397,7 @@ impl UdPort {
         self.resolve_work.flush();
         self.mcast_work.flush();
         self.recover_work.flush();
+        self.port_work.flush();
         while self.neigh_gc.flush() {}
     }
 
@@ -696,22 +703,27 @@ impl UdPort {
         let _ = self.send_cq.request_notify();
     }
 
-    /// The multicast groups for debugfs (`<if>_mcg`): the broadcast group, then the joined
-    /// ones.
+    /// The multicast groups for debugfs (`<if>_mcg`): the broadcast group, the joined ones,
+    /// then the ones sent to without joining (with their last use as creation time).
     #[cfg(CONFIG_DEBUG_FS)]
     pub(crate) fn show_groups(&self, out: &mut impl core::fmt::Write) -> core::fmt::Result {
         use crate::debugfs::write_group;
-        let mut result = write_group(out, &self.broadcast.gid().0, self.bcast_joined_ms);
+        let mut result = write_group(out, &self.broadcast.gid().0, self.bcast_joined_ms, false);
         self.mcast.for_each_joined(|mgid, joined_ms| {
             if result.is_ok() {
-                result = write_group(out, &mgid.0, joined_ms);
+                result = write_group(out, &mgid.0, joined_ms, false);
+            }
+        });
+        self.neigh.lock().for_each(|gid, used| {
+            if result.is_ok() && wire::Gid(*gid).is_multicast() {
+                result = write_group(out, gid, used, true);
             }
         });
         result
     }
 
-    /// The destinations for debugfs (`<if>_path`), in the C driver's format: each has an
-    /// address handle (on RoCE no LID or SL applies), with its idle time.
+    /// The unicast destinations for debugfs (`<if>_path`), in the C driver's format: each
+    /// has an address handle (on RoCE no LID or SL applies), with its idle time.
     #[cfg(CONFIG_DEBUG_FS)]
     pub(crate) fn show_paths(
         &self,
@@ -722,7 +734,7 @@ impl UdPort {
         let neigh = self.neigh.lock();
         let mut result = Ok(());
         neigh.for_each(|gid, used| {
-            if result.is_ok() {
+            if result.is_ok() && !wire::Gid(*gid).is_multicast() {
                 result = write!(
                     out,
                     "GID: {}\n  complete: {:>6}\n  idle: {:>10} ms\n\n",
@@ -753,9 +765,9 @@ impl UdPort {
         self.ethtool.set_coalesce(&self.recv_cq, wanted, name)
     }
 
-    /// Queries the port again after a port event (process context, without RTNL).
-    pub(crate) fn refresh_port(&self) {
-        self.ethtool.refresh(&self.device, self.port);
+    /// Has the port queried again (after a port event), from a work item.
+    pub(crate) fn refresh_port(this: ArcBorrow<'_, Self>) {
+        let _ = workqueue::system().enqueue::<_, 5>(Arc::<Self>::from(this));
     }
 
     /// Whether the port passes traffic.
@@ -1032,6 +1044,18 @@ impl WorkItem<2> for UdPort {
 
 impl_has_work! {
     impl HasWork<Self, 3> for UdPort { self.recover_work }
+}
+
+impl_has_work! {
+    impl HasWork<Self, 5> for UdPort { self.port_work }
+}
+
+impl WorkItem<5> for UdPort {
+    type Pointer = Arc<UdPort>;
+
+    fn run(this: Arc<UdPort>) {
+        this.ethtool.refresh(&this.device, this.port);
+    }
 }
 
 impl WorkItem<3> for UdPort {

@@ -39,7 +39,8 @@ impl Dir {
     pub fn new(name: &CStr, parent: Option<&Dir>) -> Result<Arc<Self>> {
         let parent = parent.map_or(core::ptr::null_mut(), |p| p.0.as_ptr());
         // SAFETY: `name` is NUL-terminated; `parent` is null or a live directory of ours.
-        let dentry = from_err_ptr(unsafe { bindings::debugfs_create_dir(name.as_char_ptr(), parent) })?;
+        let dentry =
+            from_err_ptr(unsafe { bindings::debugfs_create_dir(name.as_char_ptr(), parent) })?;
         let dentry = NonNull::new(dentry).ok_or(crate::error::code::ENOMEM)?;
         // INVARIANT: made just above.
         Ok(Arc::new(Self(dentry), GFP_KERNEL)?)
@@ -175,7 +176,10 @@ static FOPS: FileOperations = FileOperations(bindings::file_operations {
 ///
 /// Called by the VFS (through debugfs's removal protection) for a file made by
 /// [`File::new`], whose inode's private data is its entry.
-unsafe extern "C" fn open_callback(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+unsafe extern "C" fn open_callback(
+    inode: *mut bindings::inode,
+    file: *mut bindings::file,
+) -> c_int {
     // SAFETY: The inode is valid during the call; its private data is the file's entry.
     let entry = unsafe { (*inode).i_private };
     // SAFETY: `file` is being opened; `show_callback` matches what `single_open` calls.

@@ -13,7 +13,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 20
+ktap_set_plan 21
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -120,6 +120,21 @@ bulk_over_ib0() {
 		bulk_send "$ib_peer" "$DATA_PORT" 8
 	fi
 }
+# debugfs: the peer, reached over UD, is a complete path; its GID printed as the C driver
+# prints GIDs (groups of hex digits without leading zeros).
+path_listed() {
+	local lladdr b gid="" i
+	lladdr=$(ip neigh show dev ib0 "$ib_peer" | sed -n 's/.*lladdr \([0-9a-f:]*\).*/\1/p')
+	IFS=: read -ra b <<<"$lladdr"
+	[ "${#b[@]}" = 20 ] || { ip neigh show dev ib0; return 1; }
+	for ((i = 4; i < 20; i += 2)); do
+		gid+=$(printf '%x' $((16#${b[i]}${b[i + 1]})))
+		[ $i -lt 18 ] && gid+=:
+	done
+	cat /sys/kernel/debug/ipoib/ib0_path
+	grep -A1 -x "GID: $gid" /sys/kernel/debug/ipoib/ib0_path | grep -Eq "^  complete: +yes$"
+}
+ipoib_check "$role: debugfs ipoib/ib0_path lists the peer ($ib_peer) as a complete path" path_listed
 ipoib_check "$role: 8 MiB over ib0 intact (sha256), scatter-gather on" bulk_over_ib0 on
 ipoib_check "$role: 8 MiB over ib0 intact (sha256), scatter-gather off" bulk_over_ib0 off
 ethtool -K ib0 sg on
