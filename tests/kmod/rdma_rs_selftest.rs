@@ -37,6 +37,18 @@ module! {
     license: "GPL",
 }
 
+mod ipoib_intruder;
+
+kernel::module_param!(
+    /// The UD QPN of an ib_ipoib interface on rxe1 to attack instead of the usual checks.
+    IPOIB_QPN,
+    "rdma_rs_selftest",
+    "ipoib_qpn",
+    u32,
+    0,
+    "Run only the hostile connected-mode peer against the ib_ipoib interface of this UD QPN on rxe1"
+);
+
 const OWNER: &CStr = c_str!("rdma_rs_selftest");
 const PORT: u32 = 1;
 const QKEY: u32 = 0x0b1b;
@@ -689,6 +701,15 @@ impl kernel::Module for VerbsSelftest {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         pr_info!("TAP version 13\n");
         let mut report = Report { n: 0, failed: 0 };
+        let qpn = IPOIB_QPN.get();
+        if qpn != 0 {
+            if let Err(e) = ipoib_intruder::run(&mut report, qpn) {
+                pr_info!("# intruder stopped early: {:?}\n", e);
+            }
+            pr_info!("1..{}\n", report.n);
+            pr_info!("# {} failed\n", report.failed);
+            return Ok(Self);
+        }
         if let Err(e) = run(&mut report) {
             pr_info!("# stopped early: {:?}\n", e);
         }

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A hostile connected-mode peer of ib_ipoib (`modprobe rdma_rs_selftest ipoib_qpn=QPN`):
+//! from rxe0 it connects to the IPoIB service of the interface whose UD QPN is `QPN` on rxe1
+//! (RFC 4755 service ID), then sends messages no IPoIB peer sends: shorter than the
+//! encapsulation header, of an ethertype IPoIB does not carry, noise as IPv4, and one larger
+//! than the receive buffers the interface posted. The script checks what ib_ipoib counted.
+
+use super::{ipv4_gid, wait, Endpoint, Report, Waiter, F_BAD, F_REJ, F_REP, OWNER, PORT};
+use core::sync::atomic::Ordering;
+use kernel::{
+    c_str,
+    prelude::*,
+    rdma::{
+        cm::{self, CmId, CmIdRef, Event, GidAttr, PathRecord, QpState, ReqParams},
+        cq::WcStatus,
+        device::Mtu,
+        dma::{DmaBuffer, DmaDirection},
+        qp::{QpCaps, QpType, QueuePair},
+    },
+    sync::Arc,
+};
+
+/// The IPoIB connected-mode service ID of UD QPN `qpn` (RFC 4755).
+fn service_id(qpn: u32) -> u64 {
+    0x1000_0000_0000_0000 | u64::from(qpn & 0xff_ffff)
+}
+
+/// Our end: an RC queue pair that only sends.
+struct Intruder {
+    qp: Pin<KBox<QueuePair>>,
+    signal: Arc<Waiter>,
+}
+
+impl cm::Handler for Intruder {
+    fn event(&self, id: &CmIdRef, event: Event<'_>) {
+        match event {
+            Event::RepReceived { .. } => {
+                let ok = id.modify_qp(&self.qp, QpState::Rtr).is_ok()
+                    && id.modify_qp(&self.qp, QpState::Rts).is_ok()
+                    && id.send_rtu().is_ok();
+                self.signal.set(if ok { F_REP } else { F_BAD });
+            }
+            Event::RejReceived { .. } => self.signal.set(F_REJ),
+            Event::DreqReceived => {
+                let _ = id.send_drep();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Sends `bytes` as one RC message; returns the completion status.
+fn send(ep: &Endpoint, qp: &QueuePair, bytes: &[u8]) -> Result<WcStatus> {
+    let mut buf = DmaBuffer::new(&ep.device, bytes.len(), DmaDirection::ToDevice, GFP_KERNEL)?;
+    buf.as_mut_slice().copy_from_slice(bytes);
+    qp.post_send(buf, bytes.len()).map_err(|(e, _)| e)?;
+    let wc = wait(&ep.send_cq, 10000).ok_or(EAGAIN)?;
+    qp.complete_send(&wc).ok_or(EINVAL)?;
+    Ok(wc.status())
+}
+
+fn expect_success(status: Result<WcStatus>) -> Result {
+    match status? {
+        WcStatus::Success => Ok(()),
+        other => {
+            pr_info!("# send status {:?}\n", other);
+            Err(EIO)
+        }
+    }
+}
+
+/// Runs the hostile peer against the interface with UD QPN `qpn` on rxe1.
+pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
+    let a = Endpoint::new(c_str!("rxe0"), [192, 0, 2, 1])?;
+    let signal = super::waiter()?;
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+    };
+    let qp = QueuePair::new(
+        QpType::Rc,
+        &a.pd,
+        a.send_cq.clone(),
+        a.recv_cq.clone(),
+        None,
+        caps,
+        OWNER,
+    )?;
+    qp.init_rc(PORT, 0)?;
+    let end = Arc::new(
+        Intruder {
+            qp,
+            signal: signal.clone(),
+        },
+        GFP_KERNEL,
+    )?;
+    let id = CmId::new(&a.device, end.clone())?;
+    let sgid_attr = GidAttr::get(&a.device, PORT, a.gid_index)?;
+    let path = PathRecord::roce_v2(&a.gid, &ipv4_gid([192, 0, 2, 2]), Mtu::Mtu1024, [0; 6]);
+    // What an IPoIB peer announces: its UD QPN (any) and the largest message it takes.
+    let mut private = [0u8; 8];
+    private[..4].copy_from_slice(&0x00ab_cdefu32.to_be_bytes());
+    private[4..].copy_from_slice(&65524u32.to_be_bytes());
+    let params = ReqParams {
+        path: &path,
+        sgid_attr: &sgid_attr,
+        service_id: service_id(qpn),
+        private_data: &private,
+        srq: false,
+        responder_resources: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+    };
+    let connected = id
+        .id()
+        .send_req(&end.qp, &params)
+        .and_then(|()| signal.wait_flag(F_REP | F_REJ | F_BAD, 5000))
+        .and_then(|()| match signal.flags.load(Ordering::SeqCst) {
+            F_REP => Ok(()),
+            other => {
+                pr_info!("# connection flags {:#x}\n", other);
+                Err(EIO)
+            }
+        });
+    report.check(
+        "intruder: REQ to ib_ipoib's service accepted (REP, RTU)",
+        connected,
+    );
+    connected?;
+
+    report.check(
+        "intruder: 2-byte message (shorter than the encapsulation header) sent",
+        expect_success(send(&a, &end.qp, &[0x08, 0x00])),
+    );
+    report.check(
+        "intruder: message of ethertype 0x1234 sent",
+        expect_success(send(&a, &end.qp, &[0x12, 0x34, 0, 0, 1, 2, 3, 4])),
+    );
+    let mut noise = [0u8; 64];
+    for (i, b) in noise.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(37);
+    }
+    noise[..4].copy_from_slice(&[0x08, 0x00, 0, 0]);
+    report.check(
+        "intruder: 60 bytes of noise as IPv4 sent",
+        expect_success(send(&a, &end.qp, &noise)),
+    );
+    // More than the 65524-byte buffers of the interface's shared receive queue: the receiver
+    // fails the message (and its queue pair), the sender learns it from the completion.
+    let oversize = KVec::from_elem(0x5au8, 65536 + 256, GFP_KERNEL)?;
+    let refused = match send(&a, &end.qp, &oversize) {
+        Ok(WcStatus::Success) => Err(EINVAL),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    };
+    report.check(
+        "intruder: message over the receive buffers refused by the receiver",
+        refused,
+    );
+    drop(id);
+    report.check("intruder: connection torn down", Ok(()));
+    Ok(())
+}

@@ -1,0 +1,74 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# A hostile connected-mode peer: rdma_rs_selftest.ko, loaded with ipoib_qpn=QPN, connects
+# from rxe0 to the IPoIB service of the interface of rxe1 and sends it messages no IPoIB
+# peer sends (too short, an unknown ethertype, noise, larger than its receive buffers).
+# The interface counts them, drops the broken connection once its queue pair drained, and
+# keeps working: before and after, it reaches the interface of rxe0 from another namespace.
+. "$(dirname "$0")/lib.sh"
+
+SELFTEST=rdma_rs_selftest
+NS=ipoibintruder
+
+ktap_print_header
+if ! modinfo "$MODULE" >/dev/null 2>&1 || ! modinfo "$SELFTEST" >/dev/null 2>&1; then
+	ktap_skip_all "$MODULE or $SELFTEST not built"
+	exit "$KSFT_SKIP"
+fi
+one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
+module_loaded && rmmod "$MODULE"
+ktap_set_plan 12
+klog_mark
+start_mark=$KLOG_MARK
+
+ipoib_check "modprobe $MODULE" modprobe "$MODULE"
+if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
+ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
+# The target stays in this namespace (ethtool and sysfs reach it); rxe0's moves.
+setup() {
+	[ -n "$ib_a" ] && [ -n "$ib_b" ] || return 1
+	ip netns add "$NS" && ip link set "$ib_a" netns "$NS" &&
+		ip -n "$NS" addr add 198.51.100.1/24 dev "$ib_a" && ip -n "$NS" link set "$ib_a" up &&
+		ip addr add 198.51.100.2/24 dev "$ib_b" && ip link set "$ib_b" up &&
+		ip netns exec "$NS" ping -c 1 -W 5 198.51.100.2 >/dev/null
+}
+ipoib_check "$ib_b (rxe1, connected mode) up, reached from $ib_a in namespace $NS" wait_for 30 setup
+
+stat() { ethtool_stat "$ib_b" "$1"; }
+qpn=0x$(cut -d: -f2-4 "/sys/class/net/$ib_b/address" | tr -d :)
+before_errors=$(stat rx_errors) before_dropped=$(stat rx_dropped)
+before_accepted=$(stat cm_rx_accepted) before_drained=$(stat cm_rx_drained)
+klog_mark
+modprobe "$SELFTEST" ipoib_qpn="$qpn" || ktap_print_msg "modprobe $SELFTEST ipoib_qpn=$qpn failed"
+results=$(klog_since | sed -n "s/^.*$SELFTEST: //p")
+while IFS= read -r line; do
+	case "$line" in
+	"ok "*) d=${line#ok }; ktap_test_pass "${d#* }" ;;
+	"not ok "*) d=${line#not ok }; ktap_test_fail "${d#* }" ;;
+	"# "*) ktap_print_msg "${line#\# }" ;;
+	esac
+done <<<"$results"
+rmmod "$SELFTEST" 2>/dev/null
+
+counted() {
+	echo "rx_errors $before_errors -> $(stat rx_errors), rx_dropped $before_dropped -> $(stat rx_dropped)," \
+		"cm_rx_accepted $before_accepted -> $(stat cm_rx_accepted)"
+	# The short message and the one over the buffers are errors; the unknown type a drop.
+	[ "$(stat cm_rx_accepted)" -gt "$before_accepted" ] &&
+		[ "$(stat rx_errors)" -ge $((before_errors + 2)) ] &&
+		[ "$(stat rx_dropped)" -ge $((before_dropped + 1)) ]
+}
+ipoib_check "$ib_b counted the short message and the oversize one as errors, the unknown type as a drop" counted
+drained() {
+	wait_for 10 eval '[ "$(stat cm_rx_drained)" -gt "$before_drained" ]' || {
+		echo "cm_rx_drained $before_drained -> $(stat cm_rx_drained)"
+		cat /sys/kernel/debug/ipoib/"$ib_b"_cm 2>/dev/null
+		return 1
+	}
+}
+ipoib_check "the broken connection destroyed once its queue pair drained" drained
+ipoib_check "$ib_b still reached from $ib_a" ip netns exec "$NS" ping -c 2 -W 5 198.51.100.2
+ip netns del "$NS"
+KLOG_MARK=$start_mark
+ipoib_check "unloaded, kernel log clean" eval 'wait_for 10 eval "rmmod $MODULE" && klog_clean_since'
+ktap_finished
