@@ -9,6 +9,7 @@
 
 use crate::{
     ipoib_cm::{now_ms, CmPort, RxSeen},
+    netdev::MIN_MTU,
     stats::bump,
     wire::CmPrivateData,
 };
@@ -18,7 +19,7 @@ use kernel::{
     rbtree::{RBTreeNode, RBTreeNodeReservation},
     rdma::{
         cm::{self, CmIdRef, Event, Handler, ListenHandler, QpState, Request},
-        qp::{QpEvent, QpEventHandler, QueuePair},
+        qp::{QpEvent, QpEventHandler, QpType, QueuePair},
     },
     sync::Arc,
 };
@@ -109,9 +110,17 @@ impl ListenHandler for CmListen {
         if !port.open.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
-        // The peer's data is only checked: it announces its UD QPN and receive size, which
-        // matter for the connection it opens toward us, not for this one.
-        let peer = CmPrivateData::parse(req.private_data()).map_err(|_| EINVAL)?;
+        // Only RC connections carry IPoIB. The peer's data announces its UD QPN and receive
+        // size, which matter for the connection it opens toward us, not for this one; a size
+        // that could not carry the smallest IPv4 packet is malformed. Refused requests get
+        // a REJ.
+        let peer = CmPrivateData::parse(req.private_data())
+            .ok()
+            .filter(|p| p.payload_mtu().is_some_and(|m| m >= MIN_MTU));
+        let (Some(QpType::Rc), Some(peer)) = (req.qp_type(), peer) else {
+            bump(&port.counters.cm_rx_rejected, 1);
+            return Err(EINVAL);
+        };
         let drain = Arc::new(
             RxDrain {
                 drained: AtomicBool::new(false),

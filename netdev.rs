@@ -29,7 +29,7 @@ const ARPHRD_INFINIBAND: u16 = 32;
 const IFF_BROADCAST: u32 = 0x2;
 const IFF_MULTICAST: u32 = 0x1000;
 /// The smallest MTU IPv4 works with.
-const MIN_MTU: u32 = 68;
+pub(crate) const MIN_MTU: u32 = 68;
 
 /// `/sys/class/net/ibN/mode`: `datagram` or `connected`, as in the C driver.
 const ATTR_MODE: usize = 0;

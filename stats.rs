@@ -23,6 +23,7 @@ pub(crate) struct Counters {
     pub(crate) cm_tx_failed: AtomicU64,
     /// Receive connections accepted, closed for idleness, and destroyed once drained.
     pub(crate) cm_rx_accepted: AtomicU64,
+    pub(crate) cm_rx_rejected: AtomicU64,
     pub(crate) cm_rx_stale: AtomicU64,
     pub(crate) cm_rx_drained: AtomicU64,
     /// Times the UD queue pair was brought back from a failure.
@@ -46,6 +47,7 @@ pub(crate) const ETHTOOL_STATS: &[&CStr] = &[
     c_str!("cm_tx_established"),
     c_str!("cm_tx_failed"),
     c_str!("cm_rx_accepted"),
+    c_str!("cm_rx_rejected"),
     c_str!("cm_rx_stale_closed"),
     c_str!("cm_rx_drained"),
     c_str!("qp_recoveries"),
@@ -94,6 +96,7 @@ impl Counters {
             l(&self.cm_tx_established),
             l(&self.cm_tx_failed),
             l(&self.cm_rx_accepted),
+            l(&self.cm_rx_rejected),
             l(&self.cm_rx_stale),
             l(&self.cm_rx_drained),
             l(&self.qp_recoveries),

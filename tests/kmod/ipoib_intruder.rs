@@ -70,9 +70,15 @@ fn expect_success(status: Result<WcStatus>) -> Result {
     }
 }
 
-/// Runs the hostile peer against the interface with UD QPN `qpn` on rxe1.
-pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
-    let a = Endpoint::new(c_str!("rxe0"), [192, 0, 2, 1])?;
+/// A connection attempt from `a` to the IPoIB service of UD QPN `qpn` on rxe1 over a new
+/// queue pair of type `qp_type`, announcing `mtu`: the CM identifier, our end, and whether
+/// the peer accepted (`Ok`) or refused (`EPERM`).
+fn connect(
+    a: &Endpoint,
+    qp_type: QpType,
+    mtu: u32,
+    qpn: u32,
+) -> Result<(CmId<Intruder>, Arc<Intruder>, Result)> {
     let signal = super::waiter()?;
     let caps = QpCaps {
         max_send_wr: 4,
@@ -81,7 +87,7 @@ pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
         max_recv_sge: 1,
     };
     let qp = QueuePair::new(
-        QpType::Rc,
+        qp_type,
         &a.pd,
         a.send_cq.clone(),
         a.recv_cq.clone(),
@@ -89,7 +95,10 @@ pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
         caps,
         OWNER,
     )?;
-    qp.init_rc(PORT, 0)?;
+    // The REQ only names the queue pair; a UC one is never used, so it stays in RESET.
+    if qp_type == QpType::Rc {
+        qp.init_rc(PORT, 0)?;
+    }
     let end = Arc::new(
         Intruder {
             qp,
@@ -100,10 +109,10 @@ pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
     let id = CmId::new(&a.device, end.clone())?;
     let sgid_attr = GidAttr::get(&a.device, PORT, a.gid_index)?;
     let path = PathRecord::roce_v2(&a.gid, &ipv4_gid([192, 0, 2, 2]), Mtu::Mtu1024, [0; 6]);
-    // What an IPoIB peer announces: its UD QPN (any) and the largest message it takes.
+    // What an IPoIB peer announces: its UD QPN (any here) and the largest message it takes.
     let mut private = [0u8; 8];
     private[..4].copy_from_slice(&0x00ab_cdefu32.to_be_bytes());
-    private[4..].copy_from_slice(&65524u32.to_be_bytes());
+    private[4..].copy_from_slice(&mtu.to_be_bytes());
     let params = ReqParams {
         path: &path,
         sgid_attr: &sgid_attr,
@@ -115,17 +124,36 @@ pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
         rnr_retry_count: 7,
         max_cm_retries: 15,
     };
-    let connected = id
-        .id()
-        .send_req(&end.qp, &params)
-        .and_then(|()| signal.wait_flag(F_REP | F_REJ | F_BAD, 5000))
-        .and_then(|()| match signal.flags.load(Ordering::SeqCst) {
-            F_REP => Ok(()),
-            other => {
-                pr_info!("# connection flags {:#x}\n", other);
-                Err(EIO)
-            }
-        });
+    id.id().send_req(&end.qp, &params)?;
+    signal.wait_flag(F_REP | F_REJ | F_BAD, 5000)?;
+    let outcome = match signal.flags.load(Ordering::SeqCst) {
+        F_REP => Ok(()),
+        F_REJ => Err(EPERM),
+        other => {
+            pr_info!("# connection flags {:#x}\n", other);
+            Err(EIO)
+        }
+    };
+    Ok((id, end, outcome))
+}
+
+/// Runs the hostile peer against the interface with UD QPN `qpn` on rxe1.
+pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
+    let a = Endpoint::new(c_str!("rxe0"), [192, 0, 2, 1])?;
+    let refused = |attempt: Result<(CmId<Intruder>, Arc<Intruder>, Result)>| match attempt?.2 {
+        Err(e) if e == EPERM => Ok(()),
+        Ok(()) => Err(EINVAL),
+        Err(e) => Err(e),
+    };
+    report.check(
+        "intruder: REQ for an unreliable connection (UC) refused with a REJ",
+        refused(connect(&a, QpType::Uc, 65524, qpn)),
+    );
+    report.check(
+        "intruder: REQ announcing a receive size of 0 refused with a REJ",
+        refused(connect(&a, QpType::Rc, 0, qpn)),
+    );
+    let (id, end, connected) = connect(&a, QpType::Rc, 65524, qpn)?;
     report.check(
         "intruder: REQ to ib_ipoib's service accepted (REP, RTU)",
         connected,

@@ -12,7 +12,7 @@
 
 use super::{
     device::{Device, DeviceRef, Gid},
-    qp::QueuePair,
+    qp::{QpType, QueuePair},
 };
 use crate::{
     bindings,
@@ -220,7 +220,11 @@ impl CmIdRef {
         param.ppath_sgid_attr = p.sgid_attr.as_raw();
         param.service_id = p.service_id.to_be();
         param.qp_num = qp.qp_num();
-        param.qp_type = bindings::ib_qp_type_IB_QPT_RC;
+        param.qp_type = match qp.qp_type() {
+            QpType::Rc => bindings::ib_qp_type_IB_QPT_RC,
+            QpType::Uc => bindings::ib_qp_type_IB_QPT_UC,
+            QpType::Ud => return Err(EINVAL),
+        };
         param.starting_psn = qp.qp_num() & 0xff_ffff;
         param.private_data = data;
         param.private_data_len = len;
@@ -484,6 +488,16 @@ impl<'a> Request<'a> {
         let len = bindings::ib_cm_data_size_IB_CM_REQ_PRIVATE_DATA_SIZE as usize;
         // SAFETY: For a REQ the CM passes this many bytes of private data.
         unsafe { core::slice::from_raw_parts(self.ev.private_data.cast(), len) }
+    }
+
+    /// The transport the requester asks for; `None` for one no [`QpType`] names.
+    pub fn qp_type(&self) -> Option<QpType> {
+        // SAFETY: For a REQ the CM fills the `req_rcvd` member of the union.
+        match unsafe { self.ev.param.req_rcvd.qp_type } {
+            bindings::ib_qp_type_IB_QPT_RC => Some(QpType::Rc),
+            bindings::ib_qp_type_IB_QPT_UC => Some(QpType::Uc),
+            _ => None,
+        }
     }
 
     /// The requester's queue pair.

@@ -156,6 +156,8 @@ pub enum QpType {
     Ud,
     /// Reliable connected: one peer, set up through the IB CM.
     Rc,
+    /// Unreliable connected: one peer, set up through the IB CM, nothing resent.
+    Uc,
 }
 
 /// Most scatter/gather entries of one receive.
@@ -483,6 +485,7 @@ impl QueuePair {
         attr.qp_type = match qp_type {
             QpType::Ud => bindings::ib_qp_type_IB_QPT_UD,
             QpType::Rc => bindings::ib_qp_type_IB_QPT_RC,
+            QpType::Uc => bindings::ib_qp_type_IB_QPT_UC,
         };
         if let Some(p) = events {
             attr.event_handler = Some(qp_event_callback);

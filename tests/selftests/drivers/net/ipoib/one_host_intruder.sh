@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # A hostile connected-mode peer: rdma_rs_selftest.ko, loaded with ipoib_qpn=QPN, connects
 # from rxe0 to the IPoIB service of the interface of rxe1 and sends it messages no IPoIB
-# peer sends (too short, an unknown ethertype, noise, larger than its receive buffers).
+# peer sends (too short, an unknown ethertype, noise, larger than its receive buffers),
+# after requests it must refuse (an unreliable connection, a receive size of 0).
 # The interface counts them, drops the broken connection once its queue pair drained, and
 # keeps working: before and after, it reaches the interface of rxe0 from another namespace.
 . "$(dirname "$0")/lib.sh"
@@ -17,7 +18,7 @@ if ! modinfo "$MODULE" >/dev/null 2>&1 || ! modinfo "$SELFTEST" >/dev/null 2>&1;
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 12
+ktap_set_plan 14
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -38,6 +39,7 @@ stat() { ethtool_stat "$ib_b" "$1"; }
 qpn=0x$(cut -d: -f2-4 "/sys/class/net/$ib_b/address" | tr -d :)
 before_errors=$(stat rx_errors) before_dropped=$(stat rx_dropped)
 before_accepted=$(stat cm_rx_accepted) before_drained=$(stat cm_rx_drained)
+before_rejected=$(stat cm_rx_rejected)
 klog_mark
 modprobe "$SELFTEST" ipoib_qpn="$qpn" || ktap_print_msg "modprobe $SELFTEST ipoib_qpn=$qpn failed"
 results=$(klog_since | sed -n "s/^.*$SELFTEST: //p")
@@ -52,13 +54,16 @@ rmmod "$SELFTEST" 2>/dev/null
 
 counted() {
 	echo "rx_errors $before_errors -> $(stat rx_errors), rx_dropped $before_dropped -> $(stat rx_dropped)," \
-		"cm_rx_accepted $before_accepted -> $(stat cm_rx_accepted)"
-	# The short message and the one over the buffers are errors; the unknown type a drop.
-	[ "$(stat cm_rx_accepted)" -gt "$before_accepted" ] &&
+		"cm_rx_accepted $before_accepted -> $(stat cm_rx_accepted)," \
+		"cm_rx_rejected $before_rejected -> $(stat cm_rx_rejected)"
+	# Two requests refused, one accepted; the short message and the one over the buffers
+	# are errors, the unknown type a drop.
+	[ "$(stat cm_rx_rejected)" -eq $((before_rejected + 2)) ] &&
+		[ "$(stat cm_rx_accepted)" -gt "$before_accepted" ] &&
 		[ "$(stat rx_errors)" -ge $((before_errors + 2)) ] &&
 		[ "$(stat rx_dropped)" -ge $((before_dropped + 1)) ]
 }
-ipoib_check "$ib_b counted the short message and the oversize one as errors, the unknown type as a drop" counted
+ipoib_check "$ib_b counted the refused requests, the short and oversize messages as errors, the unknown type as a drop" counted
 drained() {
 	wait_for 10 eval '[ "$(stat cm_rx_drained)" -gt "$before_drained" ]' || {
 		echo "cm_rx_drained $before_drained -> $(stat cm_rx_drained)"

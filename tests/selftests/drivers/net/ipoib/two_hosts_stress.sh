@@ -2,22 +2,31 @@
 # SPDX-License-Identifier: GPL-2.0
 # Stress, not part of the default run: scripts/stress.sh runs it (on the debug kernel) with
 # IPOIB_STRESS_CYCLES set; without it the program skips. In connected mode at MTU 65520,
-# the client switches ib0's mode IPOIB_STRESS_CYCLES times under a TCP stream, then
-# unloads and reloads the module as many times, every other time while a stream runs;
-# the server serves and checks that its connections are cleaned up. Each case prints what
-# it did; any kernel trouble fails it.
+# the client switches ib0's mode IPOIB_STRESS_CYCLES times under a TCP stream, flaps its
+# Ethernet link IPOIB_STRESS_FLAPS times (default 50) and deletes and re-adds its rxe device
+# IPOIB_STRESS_READDS times (default 20) under streams, then unloads and reloads the module
+# IPOIB_STRESS_CYCLES times, every other time while a stream runs; the server serves and
+# checks that its connections are cleaned up. Each case prints what it did; any kernel
+# trouble fails it.
 . "$(dirname "$0")/lib.sh"
 
 CYCLES=${IPOIB_STRESS_CYCLES:-}
+FLAPS=${IPOIB_STRESS_FLAPS:-50}
+READDS=${IPOIB_STRESS_READDS:-20}
 SYNC=5006
 
 ktap_print_header
 two_hosts_roles IPOIB_STRESS_CYCLES "a stress run: scripts/stress.sh runs it"
-ktap_set_plan 5
+ktap_set_plan 7
 klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+ib0_up() {
+	echo connected >/sys/class/net/ib0/mode &&
+		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP'
+}
 cm_up() {
 	modprobe "$MODULE" && echo connected >/sys/class/net/ib0/mode &&
 		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
@@ -36,6 +45,8 @@ if [ "$role" = server ]; then
 	}
 	ipoib_check "$role: served $CYCLES mode switches and $CYCLES module reloads of the client" served
 	ipoib_skip "$role: mode switched $CYCLES times under a TCP stream" "the client switches"
+	ipoib_skip "$role: Ethernet link flapped $FLAPS times under a TCP stream" "the client flaps"
+	ipoib_skip "$role: rxe device deleted and re-added $READDS times under streams" "the client does"
 	kill $(pidof netserver) 2>/dev/null
 else
 	switches() {
@@ -55,6 +66,41 @@ else
 		[ "$ok" = "$CYCLES" ] && wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer"
 	}
 	ipoib_check "$role: mode switched $CYCLES times under a TCP stream" switches
+	flaps() {
+		local i pid back=0
+		timeout 3000 netperf -H "$ib_peer" -t TCP_STREAM -l 3000 -P 0 -- -m 65536 >/tmp/flaps.log 2>&1 &
+		pid=$!
+		sleep 2
+		for i in $(seq "$FLAPS"); do
+			ip link set eth0 down && sleep 0.3 && ip link set eth0 up &&
+				wait_for 20 eval 'ip link show ib0 | grep -q LOWER_UP' && back=$((back + 1))
+			sleep 0.3
+		done
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		echo "$back of $FLAPS flaps with the carrier back; qp_recoveries $(ethtool_stat ib0 qp_recoveries), connections made $(ethtool_stat ib0 cm_tx_established), failed $(ethtool_stat ib0 cm_tx_failed)"
+		[ "$back" = "$FLAPS" ] && wait_for 60 ping -c 1 -W 2 -s 60000 "$ib_peer"
+	}
+	ipoib_check "$role: Ethernet link flapped $FLAPS times under a TCP stream" flaps
+	readds() {
+		local i pid back=0
+		for i in $(seq "$READDS"); do
+			timeout 120 netperf -H "$ib_peer" -t TCP_STREAM -l 60 -P 0 -- -m 65536 >/dev/null 2>&1 &
+			pid=$!
+			sleep 1
+			rdma link delete rxe0 && wait_for 10 eval '[ ! -e /sys/class/net/ib0 ]' ||
+				{ echo "ib0 not removed at cycle $i"; kill "$pid"; return 1; }
+			# The stream lost its interface: it would only stall until its time is up.
+			kill "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+			rxe_add rxe0 eth0 && wait_for 10 eval '[ -e /sys/class/net/ib0 ]' && ib0_up &&
+				wait_for 30 ping -c 1 -W 2 "$ib_peer" >/dev/null || { echo "ib0 not back at cycle $i"; return 1; }
+			back=$((back + 1))
+		done
+		echo "$back of $READDS delete/re-add cycles under a stream, ib0 back and answering each time"
+		[ "$back" = "$READDS" ]
+	}
+	ipoib_check "$role: rxe device deleted and re-added $READDS times under streams" readds
 	reloads() {
 		local i pid loaded=0 under=0
 		for i in $(seq "$CYCLES"); do
