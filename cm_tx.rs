@@ -377,7 +377,22 @@ impl TxConnection {
                                     crate::ipoib_ud::consume(sent);
                                 }
                             }
-                            WcStatus::Flushed => {}
+                            // A flushed send means the queue pair is in the error state:
+                            // the device may put it there without an error completion
+                            // (rxe does when a send finds the link down). Unless we closed
+                            // the connection ourselves, it is lost.
+                            WcStatus::Flushed => {
+                                bump(&self.port.counters.tx_dropped, 1);
+                                if s.phase == TxPhase::Live && !failed {
+                                    pr_info!(
+                                        "{} port {}: connection to {} lost (its queue pair failed)\n",
+                                        self.port.name(),
+                                        self.port.port,
+                                        self.dest
+                                    );
+                                    failed = true;
+                                }
+                            }
                             WcStatus::Error(status) => {
                                 bump(&self.port.counters.tx_errors, 1);
                                 if !failed {

@@ -379,7 +379,6 @@ impl CmPort {
         again
     }
 
-    /// Transmit and receive connections in place.
     /// Lists every connection for debugfs (`<if>_cm`): transmit ones, then receive ones.
     #[cfg(CONFIG_DEBUG_FS)]
     pub(crate) fn show_connections(
@@ -414,6 +413,7 @@ impl CmPort {
         Ok(())
     }
 
+    /// Transmit and receive connections in place.
     pub(crate) fn connection_counts(&self) -> (u64, u64) {
         let tx = self.tx.lock().iter().count() as u64;
         let rx = self.rx.lock().iter().count() as u64;

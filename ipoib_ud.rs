@@ -630,12 +630,18 @@ impl UdPort {
                     self.sends_done.fetch_add(1, Ordering::Relaxed);
                     self.credits.give(1);
                     match wc.status() {
+                        WcStatus::Success => consume(sent),
+                        // Either way the queue pair may have failed: have it checked.
                         WcStatus::Error(_) => {
                             bump(&self.counters.tx_errors, 1);
                             self.recovery_due.store(true, Ordering::Relaxed);
                             drop(sent);
                         }
-                        _ => consume(sent),
+                        WcStatus::Flushed => {
+                            bump(&self.counters.tx_dropped, 1);
+                            self.recovery_due.store(true, Ordering::Relaxed);
+                            drop(sent);
+                        }
                     }
                 }
             }

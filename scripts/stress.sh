@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Stress run on the debug kernel (KASAN, kmemleak, lockdep) by default: two guests in
 # connected mode; the client switches ib0's mode IPOIB_RS_STRESS_CYCLES times (default 100)
-# under a TCP stream, flaps its Ethernet link 50 times under a stream, deletes and re-adds
-# its rxe device 20 times under streams, then reloads the module IPOIB_RS_STRESS_CYCLES
-# times, every other time under a stream (two_hosts_stress.sh). Any splat, leak report or
-# hang fails it; the counts are in the log folder it prints.
+# under a TCP stream, deletes and re-adds its rxe device 20 times under streams, reloads
+# the module IPOIB_RS_STRESS_CYCLES times, every other time under a stream, and last flaps
+# its Ethernet link 50 times under a stream (two_hosts_stress.sh). Any splat, leak report
+# or hang fails it; the counts are in the log folder it prints.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 

@@ -326,7 +326,10 @@ impl<B: RecvBuffer> RecvRing<B> {
         let _ = self
             .serial
             .swap(QP_SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-        while let Some(buf) = self.slots.lock().take_any() {
+        // One buffer at a time, handed back without the lock held (`back` may allocate).
+        loop {
+            let taken = self.slots.lock().take_any();
+            let Some(buf) = taken else { break };
             buf.sync_for_cpu();
             back(buf);
         }
@@ -717,7 +720,10 @@ impl QueuePair {
         let _ = self
             .serial
             .swap(QP_SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-        while let Some(slot) = self.send.lock().take_any() {
+        // As in `RecvRing::discard_all`: `send_back` runs without the lock held.
+        loop {
+            let taken = self.send.lock().take_any();
+            let Some(slot) = taken else { break };
             send_back(slot.payload.into_sent());
         }
         // SAFETY: In RESET the device holds no request and accesses no posted buffer.

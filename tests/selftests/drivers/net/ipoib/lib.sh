@@ -202,3 +202,16 @@ bulk_send() {
 
 # Whether ethtool reports scatter-gather on DEV as STATE (on or off).
 sg_is() { ethtool -k "$1" | grep -q "^scatter-gather: $2"; }
+
+# ktap_relay TEXT: reports the KTAP lines a test module logged ("ok N name", "not ok N
+# name", "# message") as this program's own results.
+ktap_relay() {
+	local line d
+	while IFS= read -r line; do
+		case "$line" in
+		"ok "*) d=${line#ok }; ktap_test_pass "${d#* }" ;;
+		"not ok "*) d=${line#not ok }; ktap_test_fail "${d#* }" ;;
+		"# "*) ktap_print_msg "${line#\# }" ;;
+		esac
+	done <<<"$1"
+}

@@ -43,13 +43,7 @@ before_rejected=$(stat cm_rx_rejected)
 klog_mark
 modprobe "$SELFTEST" ipoib_qpn="$qpn" || ktap_print_msg "modprobe $SELFTEST ipoib_qpn=$qpn failed"
 results=$(klog_since | sed -n "s/^.*$SELFTEST: //p")
-while IFS= read -r line; do
-	case "$line" in
-	"ok "*) d=${line#ok }; ktap_test_pass "${d#* }" ;;
-	"not ok "*) d=${line#not ok }; ktap_test_fail "${d#* }" ;;
-	"# "*) ktap_print_msg "${line#\# }" ;;
-	esac
-done <<<"$results"
+ktap_relay "$results"
 rmmod "$SELFTEST" 2>/dev/null
 
 counted() {

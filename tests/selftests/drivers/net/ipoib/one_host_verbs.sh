@@ -18,13 +18,7 @@ modprobe "$SELFTEST" || ktap_exit_fail_msg "modprobe $SELFTEST failed"
 results=$(klog_since | sed -n "s/^.*$SELFTEST: //p")
 cases=$(echo "$results" | grep -cE '^(not )?ok [0-9]+ ')
 ktap_set_plan $((cases + 2))
-while IFS= read -r line; do
-	case "$line" in
-	"ok "*) d=${line#ok }; ktap_test_pass "${d#* }" ;;
-	"not ok "*) d=${line#not ok }; ktap_test_fail "${d#* }" ;;
-	"# "*) ktap_print_msg "${line#\# }" ;;
-	esac
-done <<<"$results"
+ktap_relay "$results"
 if echo "$results" | grep -q '^not ok'; then
 	for f in /sys/class/infiniband/rxe*/ports/1/hw_counters/*; do
 		v=$(cat "$f")
