@@ -44,15 +44,22 @@ start_guest() {
 
 progs=$(IFS=,; echo "$*")
 job="ipoibrs.job=selftests ipoibrs.progs=${progs:-}"
+# default_progs PREFIX: the kselftest programs of a topology, as the Makefile lists them
+# (the benchmark and the stress run only run when asked for).
+default_progs() {
+	sed -n 's/^[[:space:]]*\(TEST_PROGS :=\)\{0,1\}[[:space:]]*\([a-z_]*\.sh\).*/\2/p' \
+		"$REPO/tests/selftests/drivers/net/ipoib/Makefile" |
+		grep "^$1" | grep -v -e _bench.sh -e _stress.sh | paste -sd,
+}
 guests=()
 case "$topology" in
 one-host)
-	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=one_host_rxe.sh,one_host_verbs.sh,one_host_netdev.sh,one_host_module.sh,one_host_ipoib.sh,one_host_mesh.sh"
+	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=$(default_progs one_host_)"
 	start_guest host0 "$job"
 	guests=(host0)
 	;;
 two-hosts)
-	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=two_hosts.sh,two_hosts_cm.sh,two_hosts_mixed.sh"
+	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=$(default_progs two_hosts)"
 	# Two UDP ports on loopback, one per guest end of the link.
 	base=$((20000 + RANDOM % 20000))
 	pa=$base pb=$((base + 1))
