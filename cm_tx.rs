@@ -145,7 +145,7 @@ pub(crate) struct TxConnection {
     pub(crate) state: SpinLockBh<TxState>,
     /// The largest payload the peer receives, from its REP.
     mtu: AtomicU32,
-    /// Messages posted, and when the last one was (ms, monotonic), for debugfs.
+    /// Messages posted, and when a send last completed (ms, monotonic), for debugfs.
     packets: AtomicU64,
     last_ms: AtomicI64,
 }
@@ -252,7 +252,6 @@ impl TxConnection {
         match link.qp.post_skb(skb, HWADDR_LEN as u32) {
             Ok(()) => {
                 self.packets.fetch_add(1, Ordering::Relaxed);
-                self.last_ms.store(now_ms(), Ordering::Relaxed);
                 bump(&c.tx_packets, 1);
                 bump(&c.tx_bytes, u64::from(len));
             }
@@ -361,6 +360,8 @@ impl TxConnection {
         let mut s = self.state.lock();
         let mut failed = false;
         let mut again = false;
+        // Whether a send completed: the connection's last activity, read once per poll.
+        let mut active = false;
         if let Some(link) = s.link.as_ref() {
             if link.cq.handler().take() {
                 loop {
@@ -374,7 +375,8 @@ impl TxConnection {
                         match wc.status() {
                             WcStatus::Success => {
                                 if let Some(sent) = sent {
-                                    crate::ipoib_ud::consume(sent);
+                                    sent.consume();
+                                    active = true;
                                 }
                             }
                             // A flushed send means the queue pair is in the error state:
@@ -417,6 +419,9 @@ impl TxConnection {
                     link.cq.handler().kick();
                 }
             }
+        }
+        if active {
+            self.last_ms.store(now_ms(), Ordering::Relaxed);
         }
         while s.phase == TxPhase::Live && !s.held.is_empty() && self.port.credits.any_idle() {
             if let Some(skb) = s.held.pop() {

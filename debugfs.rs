@@ -85,6 +85,12 @@ mod files {
         }
     }
 
+    /// The file `<name>_<suffix>` in `dir`, showing `view`.
+    fn file<T: Show>(dir: &Arc<Dir>, name: &CStr, suffix: &str, view: T) -> Result<File<T>> {
+        let file_name = CString::try_from_fmt(kernel::fmt!("{name}_{suffix}"))?;
+        File::new(dir, &file_name, Arc::new(view, GFP_KERNEL)?)
+    }
+
     /// The files of one interface, removed on drop.
     pub(crate) struct DebugFiles {
         _groups: File<Groups>,
@@ -103,23 +109,10 @@ mod files {
             let Some(dir) = &root.0 else {
                 return Ok(None);
             };
-            let file_name = |suffix: &str| CString::try_from_fmt(kernel::fmt!("{name}_{suffix}"));
             Ok(Some(Self {
-                _groups: File::new(
-                    dir,
-                    &file_name("mcg")?,
-                    Arc::new(Groups(port.clone()), GFP_KERNEL)?,
-                )?,
-                _paths: File::new(
-                    dir,
-                    &file_name("path")?,
-                    Arc::new(Paths(port.clone()), GFP_KERNEL)?,
-                )?,
-                _connections: File::new(
-                    dir,
-                    &file_name("cm")?,
-                    Arc::new(Connections(port.clone()), GFP_KERNEL)?,
-                )?,
+                _groups: file(dir, name, "mcg", Groups(port.clone()))?,
+                _paths: file(dir, name, "path", Paths(port.clone()))?,
+                _connections: file(dir, name, "cm", Connections(port.clone()))?,
             }))
         }
     }

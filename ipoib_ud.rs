@@ -35,7 +35,7 @@ use kernel::{
         device::{Device, DeviceRef, Gid, FW_VERSION_LEN},
         dma::{DmaBuffer, DmaDirection, MAX_SKB_SEGMENTS},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpType, QueuePair, Sent, State},
+        qp::{QpCaps, QpType, QueuePair, State},
         srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, SpinLockBh},
@@ -141,14 +141,6 @@ fn rdma_gid(g: &wire::Gid) -> Gid {
 /// fragments, as far as `device` takes them (beyond, packets are linearised).
 pub(crate) fn send_sges(device: &Device) -> u32 {
     device.max_send_sge().clamp(1, MAX_SKB_SEGMENTS as u32)
-}
-
-/// Frees what a successful send carried.
-pub(crate) fn consume(sent: Sent) {
-    match sent {
-        Sent::Skb(skb) => skb.consume(),
-        Sent::Buffer(buf) => drop(buf),
-    }
 }
 
 impl UdPort {
@@ -630,17 +622,17 @@ impl UdPort {
                     self.sends_done.fetch_add(1, Ordering::Relaxed);
                     self.credits.give(1);
                     match wc.status() {
-                        WcStatus::Success => consume(sent),
-                        // Either way the queue pair may have failed: have it checked.
-                        WcStatus::Error(_) => {
-                            bump(&self.counters.tx_errors, 1);
+                        WcStatus::Success => sent.consume(),
+                        // Failed or flushed: either way the queue pair may have failed,
+                        // have it checked. The packet is freed as a drop.
+                        status => {
+                            let c = &self.counters;
+                            let counter = match status {
+                                WcStatus::Error(_) => &c.tx_errors,
+                                _ => &c.tx_dropped,
+                            };
+                            bump(counter, 1);
                             self.recovery_due.store(true, Ordering::Relaxed);
-                            drop(sent);
-                        }
-                        WcStatus::Flushed => {
-                            bump(&self.counters.tx_dropped, 1);
-                            self.recovery_due.store(true, Ordering::Relaxed);
-                            drop(sent);
                         }
                     }
                 }

@@ -143,6 +143,16 @@ pub enum Sent {
     Skb(SkBuff),
 }
 
+impl Sent {
+    /// Frees what a successful send carried (an skb as consumed, not as a drop).
+    pub fn consume(self) {
+        match self {
+            Sent::Skb(skb) => skb.consume(),
+            Sent::Buffer(buf) => drop(buf),
+        }
+    }
+}
+
 /// A send posted, with what must live until it completes.
 struct SendSlot {
     payload: Payload,
