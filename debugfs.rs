@@ -19,6 +19,7 @@ mod files {
     };
 
     /// The `ipoib` directory at the root of debugfs, while the module is loaded.
+    #[derive(Clone)]
     pub(crate) struct DebugRoot(Option<Arc<Dir>>);
 
     impl DebugRoot {
@@ -123,6 +124,7 @@ mod files {
     use super::*;
 
     /// Without debugfs there is no directory.
+    #[derive(Clone)]
     pub(crate) struct DebugRoot;
 
     impl DebugRoot {

@@ -9,7 +9,7 @@ use kernel::{
     prelude::*,
     rdma::{
         cq::{CompletionHandler, CompletionQueue},
-        device::{Device, PortAttr},
+        device::Device,
     },
 };
 
@@ -25,10 +25,10 @@ pub(crate) struct EthtoolState {
 }
 
 impl EthtoolState {
-    /// The state of a port as `attr` describes it, without coalescing.
-    pub(crate) fn new(attr: &PortAttr) -> Self {
+    /// The state of a port of speed `speed_mbps`, without coalescing.
+    pub(crate) fn new(speed_mbps: u32) -> Self {
         Self {
-            speed_mbps: AtomicU32::new(attr.speed_mbps()),
+            speed_mbps: AtomicU32::new(speed_mbps),
             rx_usecs: AtomicU32::new(0),
             rx_frames: AtomicU32::new(0),
         }
@@ -39,6 +39,12 @@ impl EthtoolState {
         if let Ok(attr) = device.port_attr(port) {
             self.speed_mbps.store(attr.speed_mbps(), Ordering::Relaxed);
         }
+    }
+
+    /// Takes the speed `other` knows (that of the parent interface, for a child).
+    pub(crate) fn copy_speed(&self, other: &Self) {
+        let speed = other.speed_mbps.load(Ordering::Relaxed);
+        self.speed_mbps.store(speed, Ordering::Relaxed);
     }
 
     /// Speed and duplex for `ethtool DEV`: IB links are full duplex.

@@ -22,6 +22,7 @@ use kernel::{
     sync::Arc,
 };
 
+mod child;
 mod cm_rx;
 mod cm_tx;
 mod cq;
@@ -40,7 +41,7 @@ mod stats;
 pub mod wire;
 
 use debugfs::{DebugFiles, DebugRoot};
-use ipoib_ud::UdPort;
+use ipoib_ud::{PortFacts, UdPort};
 
 /// The name the core's resource tracking shows for our queues and queue pairs.
 pub(crate) const OWNER: &CStr = c_str!("ib_ipoib");
@@ -118,6 +119,8 @@ impl Drop for Ports {
             let IpoibPort {
                 datapath, netdev, ..
             } = p;
+            // Children first: they hold their parent.
+            datapath.children().delete_all();
             drop(netdev);
             datapath.flush_work();
         }
@@ -157,21 +160,33 @@ impl EventHandler for Ports {
             what,
             dev.name()
         );
-        match event {
-            AsyncEvent::PortActive(_) => {
-                p.datapath.set_port_active(true);
-                // The speed may have changed with the link.
-                UdPort::refresh_port(p.datapath.as_arc_borrow());
-                // A send that found the port down may have failed the queue pair.
-                UdPort::schedule_recovery(p.datapath.as_arc_borrow());
+        if let AsyncEvent::PortActive(_) = event {
+            // The speed may have changed with the link (children learn it from us).
+            UdPort::refresh_port(p.datapath.as_arc_borrow());
+        }
+        port_event(&event, dev, &p.datapath);
+        p.datapath
+            .children()
+            .for_each(|c| port_event(&event, c.device(), c.datapath()));
+    }
+}
+
+/// Applies a port event to the interface `dev` whose datapath is `datapath`.
+fn port_event(event: &AsyncEvent, dev: &kernel::net::dev::NetDevice, datapath: &Arc<UdPort>) {
+    match event {
+        AsyncEvent::PortActive(_) => {
+            datapath.set_port_active(true);
+            // A send that found the port down may have failed the queue pair.
+            UdPort::schedule_recovery(datapath.as_arc_borrow());
+            if datapath.carrier_ready() {
                 dev.carrier_on();
             }
-            AsyncEvent::PortError(_) => {
-                p.datapath.set_port_active(false);
-                dev.carrier_off();
-            }
-            _ => p.datapath.flush_neighbours(),
         }
+        AsyncEvent::PortError(_) => {
+            datapath.set_port_active(false);
+            dev.carrier_off();
+        }
+        _ => datapath.flush_neighbours(),
     }
 }
 
@@ -220,23 +235,18 @@ impl Client for IpoibClient {
 /// Creates the interface of `port`.
 fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort> {
     let napi = NapiHandle::new()?;
-    let datapath = UdPort::new(device, port, &napi)?;
-    let (mtu, max_mtu) = (datapath.mtu, datapath.mode_max_mtu());
-    // Packets the stack may queue for us: twice the send ring, as the C driver does.
-    let tx_queue_len = 2 * datapath.send_ring;
-    let scatter_gather = datapath.scatter_gather;
+    let facts = PortFacts::query(device, port)?;
+    let maker = child::Maker {
+        kind: ctx.link_kind.clone(),
+        debug_root: ctx.debug_root.clone(),
+    };
+    let datapath = UdPort::new(device, port, &facts, &napi, maker)?;
     let mut netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
         datapath.local.as_bytes(),
         datapath.clone(),
         Some(&napi),
-        |setup| {
-            setup.set_tx_queue_len(tx_queue_len);
-            if scatter_gather {
-                setup.set_scatter_gather();
-            }
-            setup.set_mtu(mtu, 68, max_mtu)
-        },
+        netdev::configure(&datapath),
     )?;
     netdev.set_link_kind(ctx.link_kind.clone());
     pr_info!(

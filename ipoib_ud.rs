@@ -5,6 +5,7 @@
 //! handles per destination.
 
 use crate::{
+    child::{Children, Maker},
     cq::CqEvents,
     ethtool::EthtoolState,
     ipoib_cm::{now_ms, CmPort},
@@ -32,7 +33,7 @@ use kernel::{
     rdma::{
         ah::{AddressHandle, AhAttr},
         cq::{CompletionQueue, WcStatus, WorkCompletion},
-        device::{Device, DeviceRef, Gid, FW_VERSION_LEN},
+        device::{Device, DeviceRef, Gid, Mtu, FW_VERSION_LEN},
         dma::{DmaBuffer, DmaDirection, MAX_SKB_SEGMENTS},
         pd::ProtectionDomain,
         qp::{QpCaps, QpType, QueuePair, State},
@@ -40,6 +41,7 @@ use kernel::{
     },
     sync::{Arc, ArcBorrow, SpinLockBh},
     time::msecs_to_jiffies,
+    types::ARef,
     workqueue::{
         self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
         WorkItem,
@@ -55,12 +57,57 @@ const GID_INDEX: u32 = 0;
 /// Packets held while their destination's address handle is being made.
 const PENDING_MAX: usize = 64;
 
+/// What the interfaces of a port need to know of it: queried once, for the first interface
+/// (querying a RoCE port takes RTNL, which child creation holds), and passed on to its
+/// children.
+#[derive(Clone, Copy)]
+pub(crate) struct PortFacts {
+    active: bool,
+    active_mtu: Mtu,
+    gid: wire::Gid,
+    speed_mbps: u32,
+}
+
+impl PortFacts {
+    /// Queries `port` of `device` (process context, without RTNL).
+    pub(crate) fn query(device: &Device, port: u32) -> Result<Self> {
+        let attr = device.port_attr(port)?;
+        Ok(Self {
+            active: attr.state() == kernel::rdma::device::PortState::Active,
+            active_mtu: attr.active_mtu().ok_or(ENODEV)?,
+            gid: wire::Gid(device.query_gid(port, GID_INDEX)?.0),
+            speed_mbps: attr.speed_mbps(),
+        })
+    }
+}
+
+/// Where an interface stands among those of its port.
+enum Role {
+    /// The port's own interface (`ibN`), which may have children.
+    Parent,
+    /// A child interface of `parent`, whose datapath is `port`.
+    Child {
+        parent: ARef<NetDevice>,
+        /// Kept for the port facts; the parent's list holds us in turn (see `child.rs`).
+        port: Arc<UdPort>,
+    },
+}
+
 /// The datagram-mode state of one interface.
 #[pin_data(PinnedDrop)]
 pub(crate) struct UdPort {
     /// Keeps the device registered while the datapath exists.
     device: DeviceRef,
     port: u32,
+    facts: PortFacts,
+    /// The partition, full-membership bit set.
+    pkey: u16,
+    /// Its index in the port's P_Key table; `None` while the table lacks it: the
+    /// interface then exists but carries nothing (its queue pair is not made ready).
+    pkey_index: Option<u16>,
+    role: Role,
+    #[pin]
+    children: Children,
     /// Largest IPoIB payload (the IB MTU less the encapsulation header).
     pub(crate) mtu: u32,
     /// Sends in flight at most.
@@ -75,8 +122,9 @@ pub(crate) struct UdPort {
     recv_cq: Arc<CompletionQueue<CqEvents>>,
     qp: Pin<KBox<QueuePair>>,
     bcast_ah: Arc<AddressHandle>,
-    /// The IP-level join RoCE needs for the broadcast group to reach the QP.
-    _bcast_member: Ipv6McMembership,
+    /// The IP-level join RoCE needs for the broadcast group to reach the QP (none while the
+    /// partition is missing).
+    _bcast_member: Option<Ipv6McMembership>,
     #[pin]
     neigh: SpinLockBh<Neighbours>,
     /// Sends posted on the UD queue pair (under the `neigh` lock) and completed: the clock
@@ -144,14 +192,69 @@ pub(crate) fn send_sges(device: &Device) -> u32 {
 }
 
 impl UdPort {
-    /// Sets up datagram mode on `port` of `device`: PD, CQs driving `napi`, a ready UD QP,
-    /// the broadcast group, posted receive buffers and the send credits.
-    pub(crate) fn new(device: &Device, port: u32, napi: &NapiHandle) -> Result<Arc<Self>> {
-        let attr = device.port_attr(port)?;
-        let active = attr.state() == kernel::rdma::device::PortState::Active;
-        let ib_mtu = attr.active_mtu().ok_or(ENODEV)?.bytes();
+    /// Sets up datagram mode for the interface of `port` of `device`: PD, CQs driving
+    /// `napi`, a ready UD QP, the broadcast group, posted receive buffers and the send
+    /// credits. `maker` makes its children.
+    pub(crate) fn new(
+        device: &Device,
+        port: u32,
+        facts: &PortFacts,
+        napi: &NapiHandle,
+        maker: Maker,
+    ) -> Result<Arc<Self>> {
+        // The port's own partition is the first of its table, as in the C driver.
+        let pkey = device.query_pkey(port, 0)? | wire::PKEY_FULL_MEMBER;
+        let pkey_index = device.find_pkey(port, pkey)?;
+        Self::build(
+            device,
+            port,
+            facts,
+            (pkey, pkey_index),
+            napi,
+            Role::Parent,
+            Some(maker),
+        )
+    }
+
+    /// Sets up the datapath of a child of `parent` (whose datapath is `this`) in partition
+    /// `pkey`, under RTNL: the port facts come from the parent.
+    pub(crate) fn new_child(
+        this: &Arc<Self>,
+        parent: &NetDevice,
+        pkey: u16,
+        napi: &NapiHandle,
+    ) -> Result<Arc<Self>> {
+        let pkey_index = this.device.find_pkey(this.port, pkey)?;
+        let mut facts = this.facts;
+        facts.active = this.port_active();
+        facts.speed_mbps = this.ethtool.link_settings().speed_mbps;
+        let role = Role::Child {
+            parent: parent.into(),
+            port: this.clone(),
+        };
+        Self::build(
+            &this.device,
+            this.port,
+            &facts,
+            (pkey, pkey_index),
+            napi,
+            role,
+            None,
+        )
+    }
+
+    fn build(
+        device: &Device,
+        port: u32,
+        facts: &PortFacts,
+        (pkey, pkey_index): (u16, Option<u16>),
+        napi: &NapiHandle,
+        role: Role,
+        maker: Option<Maker>,
+    ) -> Result<Arc<Self>> {
+        let ib_mtu = facts.active_mtu.bytes();
         let mtu = ib_mtu - ENCAP_HEADER_LEN as u32;
-        let gid = wire::Gid(device.query_gid(port, GID_INDEX)?.0);
+        let gid = facts.gid;
         let pd = ProtectionDomain::new(device, crate::OWNER)?;
         let events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
         // Sends in flight at most (the queue stops when all are used), and receive buffers
@@ -176,7 +279,9 @@ impl UdPort {
             caps,
             crate::OWNER,
         )?;
-        qp.ready(port, 0, wire::DEFAULT_QKEY)?;
+        if let Some(index) = pkey_index {
+            qp.ready(port, index, wire::DEFAULT_QKEY)?;
+        }
         let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
         let cm_capable = params::CM_ENABLED.get() && SharedReceiveQueue::supported(device);
         let credits = Arc::new(SendCredits::new(send_ring), GFP_KERNEL)?;
@@ -185,7 +290,7 @@ impl UdPort {
                 device,
                 port,
                 qp.qp_num(),
-                attr.active_mtu().ok_or(ENODEV)?,
+                facts.active_mtu,
                 (send_ring, recv_ring),
                 &pd,
                 recv_cq.clone(),
@@ -215,19 +320,12 @@ impl UdPort {
             0
         };
         let local = HwAddr::new(flags, qp.qp_num(), gid).map_err(|_| EINVAL)?;
-        let broadcast = HwAddr::broadcast(wire::DEFAULT_PKEY);
+        let broadcast = HwAddr::broadcast(pkey);
         let mgid = broadcast.gid();
 
-        qp.attach_mcast(&rdma_gid(&mgid), 0)?;
-        let member = device
-            .netdev(port)
-            .and_then(|ndev| Ipv6McMembership::join(&ndev, &mgid.0));
-        let member = match member {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = qp.detach_mcast(&rdma_gid(&mgid), 0);
-                return Err(e);
-            }
+        let member = match pkey_index {
+            Some(_) => Some(Self::join_broadcast(device, port, &qp, &mgid)?),
+            None => None,
         };
         let bcast_ah = AddressHandle::new(
             &pd,
@@ -240,7 +338,8 @@ impl UdPort {
             ),
         )?;
 
-        for _ in 0..recv_ring {
+        let recv_ring_posted = if pkey_index.is_some() { recv_ring } else { 0 };
+        for _ in 0..recv_ring_posted {
             qp.post_recv(Self::recv_buffer(device)?)
                 .map_err(|(e, _)| e)?;
         }
@@ -255,6 +354,11 @@ impl UdPort {
             pin_init!(Self {
                 device,
                 port,
+                facts: *facts,
+                pkey,
+                pkey_index,
+                role,
+                children <- Children::new(maker),
                 mtu,
                 send_ring,
                 recv_ring,
@@ -274,7 +378,7 @@ impl UdPort {
                 counters,
                 connected: AtomicBool::new(cm.is_some() && params::CONNECTED_MODE.get()),
                 cm,
-                active: AtomicBool::new(active),
+                active: AtomicBool::new(facts.active),
                 pending <- new_spinlock_bh!(pending, "UdPort::pending"),
                 pending_count: AtomicUsize::new(0),
                 resolve_work <- new_work!("UdPort::resolve_work"),
@@ -286,11 +390,65 @@ impl UdPort {
                 port_work <- new_work!("UdPort::port_work"),
                 neigh_gc <- new_delayed_work!("UdPort::neigh_gc"),
                 up: AtomicBool::new(false),
-                ethtool: EthtoolState::new(&attr),
+                ethtool: EthtoolState::new(facts.speed_mbps),
                 bcast_joined_ms: now_ms(),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Attaches `qp` to the broadcast group `mgid` and joins it at the IP level, which RoCE
+    /// needs for the group's traffic to reach the port.
+    fn join_broadcast(
+        device: &Device,
+        port: u32,
+        qp: &QueuePair,
+        mgid: &wire::Gid,
+    ) -> Result<Ipv6McMembership> {
+        qp.attach_mcast(&rdma_gid(mgid), 0)?;
+        let member = device
+            .netdev(port)
+            .and_then(|ndev| Ipv6McMembership::join(&ndev, &mgid.0));
+        if member.is_err() {
+            let _ = qp.detach_mcast(&rdma_gid(mgid), 0);
+        }
+        member
+    }
+
+    /// The interface's partition, full-membership bit set.
+    pub(crate) fn pkey(&self) -> u16 {
+        self.pkey
+    }
+
+    /// Whether the port's P_Key table has the interface's partition.
+    pub(crate) fn has_partition(&self) -> bool {
+        self.pkey_index.is_some()
+    }
+
+    /// Whether the interface carries traffic: its port is up and its partition there.
+    pub(crate) fn carrier_ready(&self) -> bool {
+        self.port_active() && self.has_partition()
+    }
+
+    /// The interface's children (none for a child).
+    pub(crate) fn children(&self) -> &Children {
+        &self.children
+    }
+
+    /// The interface a child was made on; `None` for a port's own interface.
+    pub(crate) fn parent(&self) -> Option<&NetDevice> {
+        match &self.role {
+            Role::Parent => None,
+            Role::Child { parent, .. } => Some(parent),
+        }
+    }
+
+    /// The datapath of the interface a child was made on.
+    pub(crate) fn parent_port(&self) -> Option<&Arc<UdPort>> {
+        match &self.role {
+            Role::Parent => None,
+            Role::Child { port, .. } => Some(port),
+        }
     }
 
     /// A receive buffer: GRH space and the largest datagram.
@@ -317,6 +475,9 @@ impl UdPort {
     /// its send queue, from the error state by a reset (the same QPN, so peers' neighbour
     /// entries stay valid) and fresh receive buffers. Multicast attachments stay.
     fn recover(&self) {
+        let Some(pkey_index) = self.pkey_index else {
+            return;
+        };
         let name = self.device.name();
         let state = match self.qp.state() {
             Ok(state) => state,
@@ -332,7 +493,7 @@ impl UdPort {
         };
         let result = match state {
             State::SendQueueError => self.qp.restart_send_queue(),
-            State::Error => self.reset_qp(),
+            State::Error => self.reset_qp(pkey_index),
             _ => return,
         };
         match result {
@@ -357,7 +518,7 @@ impl UdPort {
     }
 
     /// Resets the failed UD queue pair and brings it up with its receive ring full again.
-    fn reset_qp(&self) -> Result {
+    fn reset_qp(&self, pkey_index: u16) -> Result {
         let mut kept = KVec::new();
         self.qp.reset(
             |sent| {
@@ -370,7 +531,7 @@ impl UdPort {
                 let _ = kept.push(buf, GFP_KERNEL);
             },
         )?;
-        self.qp.ready(self.port, 0, wire::DEFAULT_QKEY)?;
+        self.qp.ready(self.port, pkey_index, wire::DEFAULT_QKEY)?;
         // NAPI may repost a buffer it took just before the reset: count what is posted.
         let wanted = self.recv_ring as usize;
         let mut kept = kept.into_iter();
@@ -399,7 +560,8 @@ impl UdPort {
     pub(crate) fn xmit(this: ArcBorrow<'_, Self>, mut skb: SkBuff, dev: &NetDevice) {
         let c = &this.counters;
         let mut hdr = [0u8; HWADDR_LEN];
-        if skb.copy_bits(0, &mut hdr).is_err() {
+        // Without its partition the queue pair is not ready (and the carrier off).
+        if !this.has_partition() || skb.copy_bits(0, &mut hdr).is_err() {
             bump(&c.tx_dropped, 1);
             return;
         }
@@ -1053,6 +1215,8 @@ impl WorkItem<5> for UdPort {
 
     fn run(this: Arc<UdPort>) {
         this.ethtool.refresh(&this.device, this.port);
+        this.children
+            .for_each(|c| c.datapath().ethtool.copy_speed(&this.ethtool));
     }
 }
 

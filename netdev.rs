@@ -4,6 +4,7 @@
 //! open/stop, transmit, NAPI and counters.
 
 use crate::{
+    child::{parse_pkey, Children, Request},
     ipoib_ud::UdPort,
     stats,
     wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN},
@@ -15,7 +16,7 @@ use kernel::{
         dev::{McAddrs, NetDevice, Operations, Setup, Stats64, TxResult},
         dev_attr::{Attribute, AttributeText},
         ethtool::{Coalesce, DrvInfo, LinkSettings},
-        link::{attr_size, LinkAttributes, LinkInfo},
+        link::{attr_size, LinkAttributes, LinkInfo, NewLink},
         napi::Napi,
         rtnl::{restart_syscall, Rtnl, RtnlGuard},
         skb::SkBuff,
@@ -35,6 +36,15 @@ pub(crate) const MIN_MTU: u32 = 68;
 const ATTR_MODE: usize = 0;
 /// `/sys/class/net/ibN/pkey`: the partition key, read-only.
 const ATTR_PKEY: usize = 1;
+/// `umcast`: whether multicast sends to groups not joined are allowed in full, which only
+/// changes joins through an InfiniBand subnet administrator: 0 here.
+const ATTR_UMCAST: usize = 2;
+/// `create_child` (a port's own interface): a P_Key written makes a child interface.
+const ATTR_CREATE_CHILD: usize = 3;
+/// `delete_child` (a port's own interface): deletes the child `create_child` made.
+const ATTR_DELETE_CHILD: usize = 4;
+/// `parent` (a child): the interface it was made on.
+const ATTR_PARENT: usize = 5;
 
 /// `IFLA_IPOIB_*` of `include/uapi/linux/if_link.h`: the `ip link ... type ipoib` attributes.
 const IFLA_IPOIB_PKEY: u16 = 1;
@@ -52,6 +62,37 @@ fn parse_mode(input: &[u8]) -> Option<bool> {
         b"connected" => Some(true),
         b"datagram" => Some(false),
         _ => None,
+    }
+}
+
+/// What `umcast` takes: only 0, since the setting has no meaning without an InfiniBand
+/// subnet administrator.
+fn check_umcast(dev: &NetDevice, value: u32) -> Result {
+    if value != 0 {
+        pr_info!(
+            "{}: umcast only changes InfiniBand multicast joins; not supported on RoCE\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+/// Completes the set-up of an interface whose datapath is `port`: the values known only
+/// once the port is queried.
+pub(crate) fn configure(port: &UdPort) -> impl FnOnce(&mut Setup) -> Result {
+    let (mtu, max_mtu) = (port.mtu, port.mode_max_mtu());
+    // Packets the stack may queue for us: twice the send ring, as the C driver does.
+    let tx_queue_len = 2 * port.send_ring;
+    let scatter_gather = port.scatter_gather;
+    let broadcast = port.broadcast;
+    move |setup| {
+        setup.set_tx_queue_len(tx_queue_len);
+        if scatter_gather {
+            setup.set_scatter_gather();
+        }
+        setup.set_broadcast(broadcast.as_bytes())?;
+        setup.set_mtu(mtu, MIN_MTU, max_mtu)
     }
 }
 
@@ -81,8 +122,18 @@ impl Operations for IpoibNetdev {
 
     fn open(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result {
         UdPort::start(port)?;
-        if port.port_active() {
+        if port.carrier_ready() {
             dev.carrier_on();
+        } else {
+            // A new device starts with its carrier on.
+            dev.carrier_off();
+            if !port.has_partition() {
+                pr_info!(
+                    "{}: P_Key 0x{:04x} is not in the port's P_Key table: no carrier\n",
+                    dev.name(),
+                    port.pkey()
+                );
+            }
         }
         dev.start_queue();
         Ok(())
@@ -162,15 +213,21 @@ impl Operations for IpoibNetdev {
     }
 
     const ATTRIBUTES: &'static [Attribute] = &[
-        Attribute {
-            name: c_str!("mode"),
-            writable: true,
-        },
-        Attribute {
-            name: c_str!("pkey"),
-            writable: false,
-        },
+        Attribute::read_write(c_str!("mode")),
+        Attribute::read_only(c_str!("pkey")),
+        Attribute::read_write(c_str!("umcast")),
+        Attribute::write_only(c_str!("create_child")),
+        Attribute::write_only(c_str!("delete_child")),
+        Attribute::read_only(c_str!("parent")),
     ];
+
+    fn attribute_visible(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, index: usize) -> bool {
+        match index {
+            ATTR_CREATE_CHILD | ATTR_DELETE_CHILD => port.parent().is_none(),
+            ATTR_PARENT => port.parent().is_some(),
+            _ => true,
+        }
+    }
 
     fn attribute_show(
         _dev: &NetDevice,
@@ -187,7 +244,12 @@ impl Operations for IpoibNetdev {
                 };
                 writeln!(text, "{mode}")
             }
-            ATTR_PKEY => writeln!(text, "0x{:04x}", wire::DEFAULT_PKEY),
+            ATTR_PKEY => writeln!(text, "0x{:04x}", port.pkey()),
+            ATTR_UMCAST => writeln!(text, "0"),
+            ATTR_PARENT => {
+                let parent = port.parent().ok_or(EINVAL)?;
+                writeln!(text, "{}", parent.name())
+            }
             _ => return Err(EINVAL),
         }
         .map_err(|_| EINVAL)
@@ -199,17 +261,36 @@ impl Operations for IpoibNetdev {
         index: usize,
         input: &[u8],
     ) -> Result {
-        if index != ATTR_MODE {
-            return Err(EINVAL);
+        match index {
+            ATTR_MODE => {
+                let Some(connected) = parse_mode(input) else {
+                    pr_info!("{}: mode must be datagram or connected\n", dev.name());
+                    return Err(EINVAL);
+                };
+                let Some(rtnl) = RtnlGuard::try_lock() else {
+                    return Err(restart_syscall());
+                };
+                port.set_mode(dev, &rtnl, connected)
+            }
+            ATTR_UMCAST => check_umcast(dev, parse_pkey(input).ok_or(EINVAL)?),
+            ATTR_CREATE_CHILD | ATTR_DELETE_CHILD => {
+                let creating = index == ATTR_CREATE_CHILD;
+                let pkey = parse_pkey(input)
+                    .and_then(|p| u16::try_from(p).ok())
+                    .filter(|&p| !creating || (p != 0 && p != wire::PKEY_FULL_MEMBER))
+                    .ok_or(EINVAL)?;
+                let Some(rtnl) = RtnlGuard::try_lock() else {
+                    return Err(restart_syscall());
+                };
+                if creating {
+                    let request = Request::Legacy { written: pkey };
+                    Children::create(&port.into(), dev, &rtnl, pkey, request).map(|_| ())
+                } else {
+                    port.children().delete_legacy(&rtnl, pkey)
+                }
+            }
+            _ => Err(EINVAL),
         }
-        let Some(connected) = parse_mode(input) else {
-            pr_info!("{}: mode must be datagram or connected\n", dev.name());
-            return Err(EINVAL);
-        };
-        let Some(rtnl) = RtnlGuard::try_lock() else {
-            return Err(restart_syscall());
-        };
-        port.set_mode(dev, &rtnl, connected)
     }
 
     const LINK_INFO_SIZE: usize = 3 * attr_size(2);
@@ -220,9 +301,8 @@ impl Operations for IpoibNetdev {
         rtnl: &Rtnl,
         attrs: &LinkAttributes<'_>,
     ) -> Result {
-        if attrs.u16(IFLA_IPOIB_UMCAST)?.is_some() {
-            pr_info!("{}: umcast is not supported\n", dev.name());
-            return Err(EINVAL);
+        if let Some(umcast) = attrs.u16(IFLA_IPOIB_UMCAST)? {
+            check_umcast(dev, u32::from(umcast))?;
         }
         // The P_Key of an interface is fixed; the C driver ignores it here too.
         match attrs.u16(IFLA_IPOIB_MODE)? {
@@ -246,8 +326,30 @@ impl Operations for IpoibNetdev {
         } else {
             IPOIB_MODE_DATAGRAM
         };
-        info.put_u16(IFLA_IPOIB_PKEY, wire::DEFAULT_PKEY)?;
+        info.put_u16(IFLA_IPOIB_PKEY, port.pkey())?;
         info.put_u16(IFLA_IPOIB_MODE, mode)?;
         info.put_u16(IFLA_IPOIB_UMCAST, 0)
+    }
+
+    fn new_link(
+        link: NewLink<'_, Self>,
+        parent: &NetDevice,
+        port: ArcBorrow<'_, UdPort>,
+        rtnl: &Rtnl,
+        attrs: &LinkAttributes<'_>,
+    ) -> Result {
+        // Without a P_Key the child shares its parent's partition.
+        let pkey = attrs.u16(IFLA_IPOIB_PKEY)?.unwrap_or(port.pkey());
+        let (child, dev) = Children::create(&port.into(), parent, rtnl, pkey, Request::Link(link))?;
+        // The mode and umcast asked for apply as to an existing interface; on failure the
+        // new one is deleted.
+        Self::change_link(&dev, child.as_arc_borrow(), rtnl, attrs)
+    }
+
+    fn del_link(dev: &NetDevice, port: ArcBorrow<'_, UdPort>, _rtnl: &Rtnl) -> Result {
+        match port.parent_port() {
+            Some(parent) => parent.children().forget(dev),
+            None => Err(EINVAL),
+        }
     }
 }

@@ -24,12 +24,14 @@ fi
 # what links them); the build stays incremental.
 drv=$KTREE/drivers/infiniband/ulp/ipoib_rs
 [ -d "$drv" ] || die "no kernel tree: run scripts/build.sh"
-touch "$drv"/*.rs "$drv"/selftest/*.rs "$KTREE"/rust/kernel/rdma.rs "$KTREE"/rust/kernel/rdma/*.rs
+# The overlay's files are ours: every one of them under rust/ of the tree.
+mapfile -t overlay < <(cd "$REPO/kernel" && find rust -name '*.rs' | sed "s|^|$KTREE/|")
+touch "$drv"/*.rs "$drv"/selftest/*.rs "${overlay[@]}"
 out=$(make -C "$KTREE" O="$KBUILD" LLVM=1 CLIPPY=1 -j"$(($(nproc) + 1))" -s bzImage modules 2>&1) || {
 	echo "$out" | tail -n 30 >&2
 	die "build failed"
 }
-ours='ipoib_rs/|rust/kernel/rdma|rust/helpers/rdma'
+ours="ipoib_rs/|$(cd "$REPO/kernel" && find rust -type f | paste -sd'|')"
 warnings=$(echo "$out" | grep -E -A3 '^(warning|error)' | grep -E "^ *--> .*($ours)" || true)
 if [ -n "$warnings" ]; then
 	log "compiler/clippy warnings in our code:"

@@ -159,3 +159,8 @@ int rust_helper_skb_linearize(struct sk_buff *skb)
 {
 	return skb_linearize(skb);
 }
+
+bool rust_helper_netdev_is_registered(const struct net_device *dev)
+{
+	return dev->reg_state == NETREG_REGISTERED;
+}

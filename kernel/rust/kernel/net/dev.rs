@@ -7,9 +7,9 @@
 use super::{
     dev_attr::{Attribute, AttributeTable, AttributeText},
     ethtool::{Coalesce, DrvInfo, EthtoolAdapter, LinkSettings},
-    link::{LinkAttributes, LinkInfo, LinkKind},
+    link::{LinkAttributes, LinkInfo, LinkKind, NewLink},
     napi::{Napi, NapiHandle},
-    rtnl::Rtnl,
+    rtnl::{Rtnl, RtnlGuard},
     skb::SkBuff,
 };
 use crate::{
@@ -391,6 +391,41 @@ pub trait Operations: Sized + 'static {
         Err(EIO)
     }
 
+    /// Whether file `index` of [`Operations::ATTRIBUTES`] appears on `dev`, asked once as
+    /// the device is registered.
+    fn attribute_visible(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _index: usize,
+    ) -> bool {
+        true
+    }
+
+    /// Creates a device of the kind on top of `parent`, a device of ours
+    /// (`ip link add link PARENT name NAME type KIND ...`, under RTNL): the driver makes the
+    /// new device's data and registers `link` with it ([`NewLink::register`]).
+    fn new_link(
+        _link: NewLink<'_, Self>,
+        _parent: &NetDevice,
+        _parent_data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _rtnl: &Rtnl,
+        _attrs: &LinkAttributes<'_>,
+    ) -> Result {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Asks whether `ip link del DEV` may delete a device made by [`Operations::new_link`]
+    /// or [`LinkKind::create`] (under RTNL). On `Ok` the core unregisters it: the driver
+    /// gives up here any [`super::link::LinkDevice`] it holds of it, since the core waits for them.
+    /// Devices of a [`Registration`] are never deleted this way.
+    fn del_link(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _rtnl: &Rtnl,
+    ) -> Result {
+        Ok(())
+    }
+
     /// Bytes [`Operations::fill_link_info`] adds at most (see [`super::link::attr_size`]).
     const LINK_INFO_SIZE: usize = 0;
 
@@ -579,18 +614,19 @@ impl<T: Operations> Adapter<T> {
 
     /// # Safety
     ///
-    /// `dev` must be a device registered by [`Registration::<T>::new`].
+    /// `dev` must be a device set up by [`Adapter::register`] and not yet released (any
+    /// device the core passes to one of our callbacks).
     pub(crate) unsafe fn data<'a>(
         dev: *mut bindings::net_device,
     ) -> <T::Data as ForeignOwnable>::Borrowed<'a> {
-        // SAFETY: The private area of such a device holds the data pointer, set before
+        // SAFETY: The private area of such a device holds the data, stored before
         // registration and released only after unregistration.
-        unsafe { T::Data::borrow(*bindings::netdev_priv(dev).cast::<*const c_void>()) }
+        unsafe { T::Data::borrow((*Self::private(dev)).data) }
     }
 
     /// # Safety
     ///
-    /// Called by the networking core only, for a device registered by [`Registration`].
+    /// Called by the networking core only, for a device set up by [`Adapter::register`].
     unsafe extern "C" fn open_callback(dev: *mut bindings::net_device) -> c_int {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
@@ -610,7 +646,7 @@ impl<T: Operations> Adapter<T> {
     ///
     /// # Safety
     ///
-    /// `dev` must be a device registered by [`Registration::<T>::new`].
+    /// `dev` must be a device set up by [`Adapter::register`].
     unsafe fn for_napi(dev: *mut bindings::net_device, f: impl FnOnce(*mut bindings::napi_struct)) {
         if T::HAS_NAPI_POLL {
             // SAFETY: For such a device, the NAPI context is the only entry of its NAPI list,
@@ -724,7 +760,7 @@ impl<T: Operations> Adapter<T> {
     /// # Safety
     ///
     /// Called by `alloc_netdev_mqs` only, on the device it is allocating.
-    unsafe extern "C" fn setup_callback(dev: *mut bindings::net_device) {
+    pub(crate) unsafe extern "C" fn setup_callback(dev: *mut bindings::net_device) {
         // SAFETY: The device is valid and not yet visible to anyone but us; `Setup` is
         // `repr(transparent)` over `NetDevice`.
         let setup = unsafe { &mut *dev.cast::<Setup>() };
@@ -732,20 +768,203 @@ impl<T: Operations> Adapter<T> {
     }
 }
 
-/// A registered network device with driver data `T::Data`; unregistered and freed on drop.
+/// What the private area of a device of `T` holds, from its set-up until the core releases
+/// it after unregistration ([`Adapter::release_callback`]).
 ///
 /// # Invariants
 ///
-/// `dev` was allocated by `alloc_netdev_mqs` with `T`'s set-up, holds the foreign
-/// representation of a `T::Data` in its private area, and is registered.
+/// `data` is the foreign representation of a `T::Data`; `napi`, when present, is the one
+/// context on the device's NAPI list.
+struct Private<T: Operations> {
+    data: *const c_void,
+    napi: Option<NapiHandle>,
+    /// The sysfs files; installed as the device's first group.
+    _attributes: Option<KBox<AttributeTable<T>>>,
+    /// The kind whose operations `rtnl_link_ops` points to: kept until the device is
+    /// released, so a kind is never unregistered with devices of it left.
+    link_kind: Option<Arc<LinkKind<T>>>,
+    /// Whether a [`Registration`] owns the device: only dropping it unregisters the device,
+    /// never `ip link del`.
+    owned: bool,
+}
+
+/// Who unregisters a device.
+pub(crate) enum Owner<T: Operations> {
+    /// A [`Registration`], when dropped.
+    Registration,
+    /// The core (`ip link del`), or the driver through a [`super::link::LinkDevice`]; the
+    /// device is of this kind.
+    Core(Arc<LinkKind<T>>),
+}
+
+impl<T: Operations> Adapter<T> {
+    /// The private area of `dev`.
+    ///
+    /// # Safety
+    ///
+    /// `dev` must have been set up by [`Adapter::register`].
+    unsafe fn private(dev: *mut bindings::net_device) -> *mut Private<T> {
+        // SAFETY: Such a device has a private area sized for `Private<T>`, aligned by the
+        // core to `NETDEV_ALIGN`.
+        unsafe { bindings::netdev_priv(dev).cast() }
+    }
+
+    /// Bytes of private area a device of `T` needs.
+    pub(crate) const PRIV_SIZE: usize = core::mem::size_of::<Private<T>>();
+
+    /// Completes the set-up of the unregistered device `raw` with `T`'s operations,
+    /// `hw_addr`, `data` and `napi`, and registers it. From then on the core owns the device:
+    /// it frees it after unregistration and then releases what it holds of ours
+    /// ([`Adapter::release_callback`]).
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a device allocated with a private area of [`Adapter::PRIV_SIZE`] bytes
+    /// and set up by [`Adapter::setup_callback`], not registered, used by nobody else. On
+    /// failure it is left unregistered and holding nothing of ours, for the caller to free.
+    pub(crate) unsafe fn register(
+        raw: *mut bindings::net_device,
+        _rtnl: &Rtnl,
+        hw_addr: &[u8],
+        data: T::Data,
+        napi: Option<&NapiHandle>,
+        owner: Owner<T>,
+        configure: impl FnOnce(&mut Setup) -> Result,
+    ) -> Result {
+        let (link_kind, owned) = match owner {
+            Owner::Registration => (None, true),
+            Owner::Core(kind) => (Some(kind), false),
+        };
+        let napi = match (T::HAS_NAPI_POLL, napi) {
+            (true, Some(n)) => {
+                if n.0.attached.swap(true, Ordering::AcqRel) {
+                    return Err(crate::error::code::EBUSY);
+                }
+                Some(n.clone())
+            }
+            (false, None) => None,
+            _ => return Err(EINVAL),
+        };
+        let release_napi = |napi: &Option<NapiHandle>| {
+            if let Some(n) = napi {
+                n.0.attached.store(false, Ordering::Release);
+            }
+        };
+        let attributes = AttributeTable::<T>::new().inspect_err(|_| release_napi(&napi))?;
+        // SAFETY: `raw` is valid and unregistered; `addr_len` was set up by `T::setup`.
+        let addr_len = usize::from(unsafe { (*raw).addr_len });
+        // SAFETY: `raw` is valid and unregistered: we are its only user; `Setup` is
+        // `repr(transparent)` over it.
+        let configured = configure(unsafe { &mut *raw.cast::<Setup>() });
+        if hw_addr.len() != addr_len || configured.is_err() {
+            release_napi(&napi);
+            return Err(configured.err().unwrap_or(EINVAL));
+        }
+        // SAFETY: `raw` is valid and unregistered: we are its only user. Its private area
+        // is sized for `Private<T>` (safety requirement); `hw_addr` has `addr_len` bytes.
+        unsafe {
+            bindings::dev_addr_set(raw, hw_addr.as_ptr());
+            (*raw).netdev_ops = &Adapter::<T>::OPS;
+            if T::HAS_HEADER_CREATE || T::HAS_HEADER_PARSE {
+                (*raw).header_ops = &Adapter::<T>::HEADER_OPS;
+            }
+            if EthtoolAdapter::<T>::WANTED {
+                (*raw).ethtool_ops = &EthtoolAdapter::<T>::OPS;
+            }
+            if let Some(table) = &attributes {
+                // The first group is the driver's; the core adds its own after it.
+                (*raw).sysfs_groups[0] = table.group();
+            }
+            if let Some(kind) = &link_kind {
+                (*raw).rtnl_link_ops = kind.as_raw();
+            }
+            if let Some(n) = &napi {
+                // The context starts disabled; `open` enables it.
+                bindings::netif_napi_add_weight(
+                    raw,
+                    n.0.as_raw(),
+                    Some(Adapter::<T>::napi_poll_callback),
+                    bindings::NAPI_POLL_WEIGHT as i32,
+                );
+            }
+            // INVARIANT: `data` comes from `into_foreign`; the NAPI context was just added.
+            Self::private(raw).write(Private {
+                data: data.into_foreign(),
+                napi,
+                _attributes: attributes,
+                link_kind,
+                owned,
+            });
+        }
+        // SAFETY: The device is fully set up and RTNL is held.
+        if let Err(e) = to_result(unsafe { bindings::register_netdevice(raw) }) {
+            // SAFETY: Registration failed, so no callback runs and the core keeps no
+            // reference to our operations; what was stored above is taken back once.
+            unsafe {
+                (*raw).sysfs_groups[0] = core::ptr::null();
+                Self::release(raw);
+            }
+            return Err(e);
+        }
+        // SAFETY: Registered under RTNL, which we still hold: nobody can have started to
+        // unregister it, and the core reads these only when it does.
+        unsafe {
+            (*raw).needs_free_netdev = true;
+            (*raw).priv_destructor = Some(Self::release_callback);
+        }
+        Ok(())
+    }
+
+    /// Takes back what [`Adapter::register`] stored in the private area and drops it.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a device set up by [`Adapter::register`] that no callback of ours
+    /// runs on any more, and this is called once.
+    unsafe fn release(raw: *mut bindings::net_device) {
+        // SAFETY: Per the safety requirements the private area holds a `Private<T>`, read
+        // (moved out) once.
+        let private = unsafe { Self::private(raw).read() };
+        if let Some(n) = &private.napi {
+            // SAFETY: By the invariant of `Private` the context is on the device's list;
+            // disabled by `stop` or never enabled.
+            unsafe { bindings::netif_napi_del(n.0.as_raw()) };
+            n.0.attached.store(false, Ordering::Release);
+        }
+        // SAFETY: By the invariant of `Private`, `data` came from `into_foreign`, and no
+        // callback borrows it any more.
+        drop(unsafe { T::Data::from_foreign(private.data) });
+    }
+
+    /// # Safety
+    ///
+    /// Called by the core only (`priv_destructor`), once a device set up by
+    /// [`Adapter::register`] is unregistered and unused, before it frees it.
+    unsafe extern "C" fn release_callback(dev: *mut bindings::net_device) {
+        // SAFETY: Unregistered and unused: no callback of ours runs on it any more.
+        unsafe { Self::release(dev) };
+    }
+
+    /// Whether a [`Registration`] owns `dev`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Adapter::data`].
+    pub(crate) unsafe fn owned(dev: *mut bindings::net_device) -> bool {
+        // SAFETY: Per the safety requirements the private area holds a `Private<T>`.
+        unsafe { (*Self::private(dev)).owned }
+    }
+}
+
+/// A registered network device with driver data `T::Data`; unregistered on drop, after
+/// which the core frees it and releases the data.
+///
+/// # Invariants
+///
+/// `dev` was set up by [`Adapter::register`] as owned by us: it stays registered until we
+/// drop it.
 pub struct Registration<T: Operations> {
     dev: NonNull<bindings::net_device>,
-    napi: Option<NapiHandle>,
-    /// The sysfs files; freed after the device is unregistered, which removes them.
-    _attributes: Option<KBox<AttributeTable<T>>>,
-    /// The link kind the device belongs to; released after the device is unregistered, so
-    /// the kind is never unregistered with devices of it left.
-    link_kind: Option<Arc<LinkKind<T>>>,
     _ops: PhantomData<T>,
 }
 
@@ -771,91 +990,30 @@ impl<T: Operations> Registration<T> {
         napi: Option<&NapiHandle>,
         configure: impl FnOnce(&mut Setup) -> Result,
     ) -> Result<Self> {
-        let napi = match (T::HAS_NAPI_POLL, napi) {
-            (true, Some(n)) => {
-                if n.0.attached.swap(true, Ordering::AcqRel) {
-                    return Err(crate::error::code::EBUSY);
-                }
-                Some(n.clone())
-            }
-            (false, None) => None,
-            _ => return Err(EINVAL),
-        };
-        let release_napi = |napi: &Option<NapiHandle>| {
-            if let Some(n) = napi {
-                n.0.attached.store(false, Ordering::Release);
-            }
-        };
-        let attributes = AttributeTable::<T>::new().inspect_err(|_| release_napi(&napi))?;
-        let size = core::mem::size_of::<*const c_void>() as c_int;
-        // SAFETY: `name` is NUL-terminated; the setup callback is ours; one queue each way.
-        let dev = unsafe {
-            bindings::alloc_netdev_mqs(
-                size,
-                name.as_char_ptr(),
-                bindings::NET_NAME_ENUM as u8,
-                Some(Adapter::<T>::setup_callback),
-                1,
-                1,
+        let dev = alloc::<T>(name, bindings::NET_NAME_ENUM)?;
+        let raw = dev.as_ptr();
+        let rtnl = RtnlGuard::lock();
+        // SAFETY: Allocated just above for `T`; ours alone.
+        let registered = unsafe {
+            Adapter::<T>::register(
+                raw,
+                &rtnl,
+                hw_addr,
+                data,
+                napi,
+                Owner::Registration,
+                configure,
             )
         };
-        let dev = NonNull::new(dev).ok_or(ENOMEM)?;
-        let raw = dev.as_ptr();
-        // SAFETY: `raw` is valid and unregistered; `addr_len` was set up by `T::setup`.
-        let addr_len = usize::from(unsafe { (*raw).addr_len });
-        // SAFETY: `raw` is valid and unregistered: we are its only user; `Setup` is
-        // `repr(transparent)` over it.
-        let configured = configure(unsafe { &mut *raw.cast::<Setup>() });
-        if hw_addr.len() != addr_len || configured.is_err() {
-            // SAFETY: Allocated above, never registered.
+        drop(rtnl);
+        if let Err(e) = registered {
+            // SAFETY: Allocated above, never registered, holding nothing of ours.
             unsafe { bindings::free_netdev(raw) };
-            release_napi(&napi);
-            return Err(configured.err().unwrap_or(EINVAL));
-        }
-        // SAFETY: `raw` is valid and unregistered: we are its only user. The private area
-        // is pointer-sized (allocated so above); `hw_addr` has `addr_len` bytes.
-        unsafe {
-            bindings::dev_addr_set(raw, hw_addr.as_ptr());
-            (*raw).netdev_ops = &Adapter::<T>::OPS;
-            if T::HAS_HEADER_CREATE || T::HAS_HEADER_PARSE {
-                (*raw).header_ops = &Adapter::<T>::HEADER_OPS;
-            }
-            if EthtoolAdapter::<T>::WANTED {
-                (*raw).ethtool_ops = &EthtoolAdapter::<T>::OPS;
-            }
-            if let Some(table) = &attributes {
-                // The first group is the driver's; the core adds its own after it.
-                (*raw).sysfs_groups[0] = table.group();
-            }
-            *bindings::netdev_priv(raw).cast::<*const c_void>() = data.into_foreign();
-            if let Some(n) = &napi {
-                // The context starts disabled; `open` enables it.
-                bindings::netif_napi_add_weight(
-                    raw,
-                    n.0.as_raw(),
-                    Some(Adapter::<T>::napi_poll_callback),
-                    bindings::NAPI_POLL_WEIGHT as i32,
-                );
-            }
-        }
-        // SAFETY: The device is fully set up.
-        if let Err(e) = to_result(unsafe { bindings::register_netdev(raw) }) {
-            // SAFETY: Registration failed, so no callback runs; the data pointer was stored
-            // above and is taken back once; then the device is freed.
-            unsafe {
-                drop(T::Data::from_foreign(
-                    *bindings::netdev_priv(raw).cast::<*const c_void>(),
-                ));
-                bindings::free_netdev(raw);
-            }
             return Err(e);
         }
-        // INVARIANT: allocated, set up, holding the data, registered.
+        // INVARIANT: set up by `register`, owned by us.
         Ok(Self {
             dev,
-            napi,
-            _attributes: attributes,
-            link_kind: None,
             _ops: PhantomData,
         })
     }
@@ -863,20 +1021,21 @@ impl<T: Operations> Registration<T> {
     /// Makes the device one of `kind` for `ip link` (changes and detailed listings reach
     /// [`Operations::change_link`] and [`Operations::fill_link_info`]).
     pub fn set_link_kind(&mut self, kind: Arc<LinkKind<T>>) {
-        // SAFETY: `rtnl_lock` may sleep; we are in process context (registrations are made
-        // and dropped there). The device is registered; RTNL serialises readers of
-        // `rtnl_link_ops`. The kind is kept alive by `self` until after unregistration.
+        let raw = self.dev.as_ptr();
+        let _rtnl = RtnlGuard::lock();
+        // SAFETY: By the type invariant the device was set up by `Adapter::register`, so its
+        // private area is ours; it is registered while we exist. RTNL serialises the
+        // readers of `rtnl_link_ops`, and the private area keeps the kind alive until the
+        // device is released.
         unsafe {
-            bindings::rtnl_lock();
-            (*self.dev.as_ptr()).rtnl_link_ops = kind.as_raw();
-            bindings::rtnl_unlock();
+            (*raw).rtnl_link_ops = kind.as_raw();
+            (*Adapter::<T>::private(raw)).link_kind = Some(kind);
         }
-        self.link_kind = Some(kind);
     }
 
     /// The device.
     pub fn device(&self) -> &NetDevice {
-        // SAFETY: By the type invariant the device is valid while registered.
+        // SAFETY: By the type invariant the device is valid.
         unsafe { NetDevice::from_raw(self.dev.as_ptr()) }
     }
 }
@@ -884,19 +1043,28 @@ impl<T: Operations> Registration<T> {
 impl<T: Operations> Drop for Registration<T> {
     fn drop(&mut self) {
         let raw = self.dev.as_ptr();
-        // SAFETY: By the type invariant the device is registered; after `unregister_netdev`
-        // returns no callback runs any more, so the data can be taken back and the device
-        // freed.
-        unsafe {
-            bindings::unregister_netdev(raw);
-            drop(T::Data::from_foreign(
-                *bindings::netdev_priv(raw).cast::<*const c_void>(),
-            ));
-            if let Some(n) = &self.napi {
-                // Disabled by `stop` (or never enabled); deleted before the device is freed.
-                bindings::netif_napi_del(n.0.as_raw());
-            }
-            bindings::free_netdev(raw);
-        }
+        // SAFETY: By the type invariant the device is registered and nobody else
+        // unregisters it. The core releases our data and frees the device when
+        // `unregister_netdev` drops RTNL, before it returns.
+        unsafe { bindings::unregister_netdev(raw) };
     }
+}
+
+/// Allocates a device of `T` named after `name`, set up by [`Operations::setup`].
+pub(crate) fn alloc<T: Operations>(
+    name: &CStr,
+    assign: u32,
+) -> Result<NonNull<bindings::net_device>> {
+    // SAFETY: `name` is NUL-terminated; the setup callback is ours; one queue each way.
+    let dev = unsafe {
+        bindings::alloc_netdev_mqs(
+            Adapter::<T>::PRIV_SIZE as c_int,
+            name.as_char_ptr(),
+            assign as u8,
+            Some(Adapter::<T>::setup_callback),
+            1,
+            1,
+        )
+    };
+    NonNull::new(dev).ok_or(ENOMEM)
 }

@@ -10,19 +10,47 @@ use super::dev::{NetDevice, Operations};
 use crate::{
     bindings,
     error::{code::EINVAL, Result},
-    ffi::c_char,
+    ffi::{c_char, c_int},
     prelude::*,
     str::CStr,
 };
 use core::{fmt, marker::PhantomData};
 
-/// One file: its name and whether root may write it (everyone may read it).
+/// One file: its name, whether everyone may read it and whether root may write it.
 #[derive(Clone, Copy, Debug)]
 pub struct Attribute {
-    /// The file name.
-    pub name: &'static CStr,
-    /// Whether the file takes writes.
-    pub writable: bool,
+    name: &'static CStr,
+    readable: bool,
+    writable: bool,
+}
+
+impl Attribute {
+    /// A file everyone may read.
+    pub const fn read_only(name: &'static CStr) -> Self {
+        Self {
+            name,
+            readable: true,
+            writable: false,
+        }
+    }
+
+    /// A file everyone may read and root may write.
+    pub const fn read_write(name: &'static CStr) -> Self {
+        Self {
+            name,
+            readable: true,
+            writable: true,
+        }
+    }
+
+    /// A file only root may write, and nobody read (a command).
+    pub const fn write_only(name: &'static CStr) -> Self {
+        Self {
+            name,
+            readable: false,
+            writable: true,
+        }
+    }
 }
 
 /// The text of a file being read: one page, filled with `write!`.
@@ -79,13 +107,16 @@ impl<T: Operations> AttributeTable<T> {
             // SAFETY: All-zero is a valid `device_attribute` (no callbacks, null name).
             let mut attr: bindings::device_attribute = unsafe { core::mem::zeroed() };
             attr.attr.name = a.name.as_char_ptr();
-            attr.attr.mode = if a.writable { 0o644 } else { 0o444 };
+            attr.attr.mode =
+                if a.readable { 0o444 } else { 0 } | if a.writable { 0o200 } else { 0 };
             #[cfg(CONFIG_DEBUG_LOCK_ALLOC)]
             {
                 // One static class for all of them, as `sysfs_attr_init` in a loop gives.
                 attr.attr.key = crate::static_lock_class!().as_ptr();
             }
-            attr.show = Some(show_callback::<T>);
+            if a.readable {
+                attr.show = Some(show_callback::<T>);
+            }
             if a.writable {
                 attr.store = Some(store_callback::<T>);
             }
@@ -100,6 +131,7 @@ impl<T: Operations> AttributeTable<T> {
         // own directory).
         let mut group: bindings::attribute_group = unsafe { core::mem::zeroed() };
         group.attrs = ptrs.as_mut_ptr();
+        group.is_visible = Some(visible_callback::<T>);
         // INVARIANT: `ptrs` points into `slots`, null-terminated; `group` to `ptrs`.
         Ok(Some(KBox::new(
             Self {
@@ -121,7 +153,7 @@ impl<T: Operations> AttributeTable<T> {
 /// # Safety
 ///
 /// `attr` must be the `attr` field of a [`Slot`], and `dev` the `dev` field of a network
-/// device registered by a [`super::dev::Registration`].
+/// device set up by [`super::dev::Adapter::register`].
 unsafe fn resolve<'a>(
     dev: *mut bindings::device,
     attr: *mut bindings::device_attribute,
@@ -137,8 +169,35 @@ unsafe fn resolve<'a>(
 
 /// # Safety
 ///
-/// Called by sysfs only, for a file of an [`AttributeTable<T>`] installed on a device
-/// registered by [`super::dev::Registration<T>`]; `buf` is a page.
+/// Called by sysfs only, as a device with an [`AttributeTable<T>`] is registered, for one of
+/// its files.
+unsafe extern "C" fn visible_callback<T: Operations>(
+    kobj: *mut bindings::kobject,
+    attr: *mut bindings::attribute,
+    _n: c_int,
+) -> bindings::umode_t {
+    // SAFETY: The group's files belong to a network device's `struct device`, whose `kobj`
+    // this is; `attr` is the `attr` field of a `device_attribute`, itself the `attr` field
+    // of a `Slot`.
+    let (ndev, index, mode) = unsafe {
+        let dev = crate::container_of!(kobj, bindings::device, kobj).cast_mut();
+        let dattr = crate::container_of!(attr, bindings::device_attribute, attr).cast_mut();
+        let (ndev, index) = resolve(dev, dattr);
+        (ndev, index, (*attr).mode)
+    };
+    // SAFETY: The device is being registered by `Adapter::register`, its data stored.
+    let data = unsafe { super::dev::Adapter::<T>::data(ndev.as_raw()) };
+    if T::attribute_visible(ndev, data, index) {
+        mode
+    } else {
+        0
+    }
+}
+
+/// # Safety
+///
+/// Called by sysfs only, for a file of an [`AttributeTable<T>`] installed on a device set up
+/// by [`super::dev::Adapter::register`]; `buf` is a page.
 unsafe extern "C" fn show_callback<T: Operations>(
     dev: *mut bindings::device,
     attr: *mut bindings::device_attribute,
@@ -150,7 +209,7 @@ unsafe extern "C" fn show_callback<T: Operations>(
     // SAFETY: sysfs passes a page-sized buffer, ours for the call.
     let page = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), bindings::PAGE_SIZE) };
     let mut text = AttributeText { buf: page, len: 0 };
-    // SAFETY: The device was registered by `Registration<T>`.
+    // SAFETY: The device was set up by `Adapter::register` for `T`.
     let data = unsafe { super::dev::Adapter::<T>::data(ndev.as_raw()) };
     match T::attribute_show(ndev, data, index, &mut text) {
         Ok(()) => text.len as isize,
@@ -171,7 +230,7 @@ unsafe extern "C" fn store_callback<T: Operations>(
     let (ndev, index) = unsafe { resolve(dev, attr) };
     // SAFETY: sysfs passes `count` readable bytes.
     let input = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), count) };
-    // SAFETY: The device was registered by `Registration<T>`.
+    // SAFETY: The device was set up by `Adapter::register` for `T`.
     let data = unsafe { super::dev::Adapter::<T>::data(ndev.as_raw()) };
     match T::attribute_store(ndev, data, index, input) {
         Ok(()) => isize::try_from(count).unwrap_or(EINVAL.to_errno() as isize),

@@ -7,22 +7,31 @@
 //!
 //! A [`LinkKind`] is registered once per driver and attached to its devices with
 //! [`super::dev::Registration::set_link_kind`]; each device keeps the kind alive, so the
-//! kind is unregistered only after all its devices are gone. Creating and deleting devices
-//! through `ip link add/del` is not offered: those operations stay unset.
+//! kind is unregistered only after all its devices are gone.
+//!
+//! Drivers that implement [`Operations::new_link`] also let `ip link add link PARENT ...`
+//! make devices on top of theirs, and may make such devices themselves
+//! ([`LinkKind::create`]). Those devices belong to the core: `ip link del` deletes them
+//! (if [`Operations::del_link`] agrees), and the driver keeps [`LinkDevice`] handles to
+//! delete them itself, with their parent for example.
 
 use super::{
-    dev::{Adapter, NetDevice, Operations},
+    dev::{alloc, Adapter, NetDevice, Operations, Owner, Setup},
+    napi::NapiHandle,
     rtnl::Rtnl,
     skb::SkBuff,
 };
 use crate::{
     bindings,
-    error::{code::EINVAL, code::EMLINK, from_result, to_result, Result},
+    error::{
+        code::{EINVAL, EMLINK, ENODEV},
+        from_result, to_result, Result,
+    },
     ffi::c_int,
     prelude::*,
     str::CStr,
-    sync::Arc,
-    types::Opaque,
+    sync::{Arc, ArcBorrow},
+    types::{ARef, Opaque},
 };
 use core::marker::PhantomData;
 
@@ -68,6 +77,14 @@ impl<T: Operations> LinkKind<T> {
                         (*slot).netns_refund = true;
                         (*slot).maxtype = maxtype;
                         (*slot).changelink = Some(change_link_callback::<T>);
+                        if T::HAS_NEW_LINK {
+                            (*slot).priv_size = Adapter::<T>::PRIV_SIZE;
+                            (*slot).setup = Some(Adapter::<T>::setup_callback);
+                            (*slot).newlink = Some(new_link_callback::<T>);
+                        }
+                        // Set even without `newlink`, so the core never installs its own,
+                        // which would delete any device.
+                        (*slot).dellink = Some(del_link_callback::<T>);
                         (*slot).get_size = Some(get_size_callback::<T>);
                         (*slot).fill_info = Some(fill_info_callback::<T>);
                     }
@@ -77,8 +94,7 @@ impl<T: Operations> LinkKind<T> {
             GFP_KERNEL,
         )?;
         // SAFETY: `ops` is initialised and pinned inside the `Arc` for as long as it is
-        // registered (until `drop`). Without `setup` or `alloc` the core leaves `dellink`
-        // unset: devices of the kind cannot be deleted through netlink.
+        // registered (until `drop`).
         to_result(unsafe { bindings::rtnl_link_register(this.ops.get()) })?;
         // INVARIANT: registered just above.
         Ok(this)
@@ -86,6 +102,135 @@ impl<T: Operations> LinkKind<T> {
 
     pub(crate) fn as_raw(&self) -> *mut bindings::rtnl_link_ops {
         self.ops.get()
+    }
+
+    /// Makes a device of the kind named `name` (under RTNL), as `ip link add` would, for a
+    /// driver that creates devices on request (a sysfs file, for example). The arguments
+    /// are those of [`super::dev::Registration::new`]; the core owns the device, which
+    /// `ip link del` may delete (see [`Operations::del_link`]).
+    pub fn create(
+        self: ArcBorrow<'_, Self>,
+        rtnl: &Rtnl,
+        name: &CStr,
+        hw_addr: &[u8],
+        data: T::Data,
+        napi: Option<&NapiHandle>,
+        configure: impl FnOnce(&mut Setup) -> Result,
+    ) -> Result<LinkDevice<T>> {
+        let dev = alloc::<T>(name, bindings::NET_NAME_USER)?;
+        let raw = dev.as_ptr();
+        // SAFETY: Allocated just above for `T`; ours alone.
+        let registered = unsafe {
+            Adapter::<T>::register(
+                raw,
+                rtnl,
+                hw_addr,
+                data,
+                napi,
+                Owner::Core(self.into()),
+                configure,
+            )
+        };
+        if let Err(e) = registered {
+            // SAFETY: Allocated above, never registered, holding nothing of ours.
+            unsafe { bindings::free_netdev(raw) };
+            return Err(e);
+        }
+        // SAFETY: Registered just above by `register`, not owned by a registration.
+        Ok(unsafe { LinkDevice::new(raw) })
+    }
+}
+
+/// A device of kind `T` that the core owns, made by [`Operations::new_link`] or
+/// [`LinkKind::create`]: a reference that keeps it allocated, and the means to delete it.
+///
+/// The core waits for these references when it unregisters the device: the driver gives
+/// them up in [`Operations::del_link`] and when it deletes the device.
+///
+/// # Invariants
+///
+/// `dev` was set up by [`Adapter::register`] for `T`, not as owned by a registration.
+pub struct LinkDevice<T: Operations> {
+    dev: ARef<NetDevice>,
+    _ops: PhantomData<T>,
+}
+
+impl<T: Operations> LinkDevice<T> {
+    /// # Safety
+    ///
+    /// `raw` must be a registered device set up by [`Adapter::register`] for `T`, not as
+    /// owned by a registration.
+    unsafe fn new(raw: *mut bindings::net_device) -> Self {
+        // SAFETY: The device is registered, so valid; `from_raw` then `into` takes a
+        // reference of our own.
+        let dev: ARef<NetDevice> = unsafe { NetDevice::from_raw(raw) }.into();
+        // INVARIANT: per the safety requirements.
+        Self {
+            dev,
+            _ops: PhantomData,
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &NetDevice {
+        &self.dev
+    }
+
+    /// Unregisters the device (under RTNL), unless it is already going; the core frees it
+    /// once the lock is dropped.
+    pub fn delete(self, _rtnl: &Rtnl) {
+        let raw = self.dev.as_raw();
+        // SAFETY: The device is valid while we hold our reference, and RTNL is held, so
+        // its registration state cannot change under us. By the type invariant the core
+        // owns it: no registration will unregister it again.
+        unsafe {
+            if bindings::netdev_is_registered(raw) {
+                bindings::unregister_netdevice_queue(raw, core::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// A device the core allocated for `ip link add` with `T`'s set-up, to be registered by
+/// [`Operations::new_link`].
+pub struct NewLink<'a, T: Operations> {
+    dev: *mut bindings::net_device,
+    kind: ArcBorrow<'a, LinkKind<T>>,
+}
+
+impl<T: Operations> NewLink<'_, T> {
+    /// The name the device will have (`ip link add ... name NAME`, or a pattern such as
+    /// `ipoib%d` when none was given).
+    pub fn name(&self) -> &CStr {
+        // SAFETY: The core's device is valid for the callback; its name is set.
+        unsafe { NetDevice::from_raw(self.dev) }.name()
+    }
+
+    /// Registers the device with `data`; the other arguments are those of
+    /// [`super::dev::Registration::new`].
+    pub fn register(
+        self,
+        rtnl: &Rtnl,
+        hw_addr: &[u8],
+        data: T::Data,
+        napi: Option<&NapiHandle>,
+        configure: impl FnOnce(&mut Setup) -> Result,
+    ) -> Result<LinkDevice<T>> {
+        // SAFETY: The core allocated the device with our private size and set-up for this
+        // callback and has not registered it; on failure the core frees it.
+        unsafe {
+            Adapter::<T>::register(
+                self.dev,
+                rtnl,
+                hw_addr,
+                data,
+                napi,
+                Owner::Core(self.kind.into()),
+                configure,
+            )?;
+            // Registered just above, not owned by a registration.
+            Ok(LinkDevice::new(self.dev))
+        }
     }
 }
 
@@ -108,9 +253,9 @@ pub struct LinkAttributes<'a> {
 }
 
 impl LinkAttributes<'_> {
-    /// The attribute of type `kind` as a `u16`: `None` if absent, `EINVAL` if it holds
-    /// another size.
-    pub fn u16(&self, kind: u16) -> Result<Option<u16>> {
+    /// The payload of the attribute of type `kind`: `None` if absent, `EINVAL` if it is not
+    /// `N` bytes long.
+    fn bytes<const N: usize>(&self, kind: u16) -> Result<Option<[u8; N]>> {
         if self.data.is_null() || u32::from(kind) > self.maxtype {
             return Ok(None);
         }
@@ -127,14 +272,25 @@ impl LinkAttributes<'_> {
                 attr.cast::<u8>().add(attr_size(0)),
             )
         };
-        if len != attr_size(0) + 2 {
+        if len != attr_size(0) + N {
             return Err(EINVAL);
         }
-        let mut bytes = [0u8; 2];
-        // SAFETY: The payload has the two bytes checked above.
-        unsafe { core::ptr::copy_nonoverlapping(payload, bytes.as_mut_ptr(), 2) };
+        let mut bytes = [0u8; N];
+        // SAFETY: The payload has the `N` bytes checked above.
+        unsafe { core::ptr::copy_nonoverlapping(payload, bytes.as_mut_ptr(), N) };
+        Ok(Some(bytes))
+    }
+
+    /// The attribute of type `kind` as a `u16`: `None` if absent, `EINVAL` if it holds
+    /// another size.
+    pub fn u16(&self, kind: u16) -> Result<Option<u16>> {
         // Netlink attributes are in host order.
-        Ok(Some(u16::from_ne_bytes(bytes)))
+        Ok(self.bytes(kind)?.map(u16::from_ne_bytes))
+    }
+
+    /// The attribute of type `kind` as a `u32`, as for [`LinkAttributes::u16`].
+    pub fn u32(&self, kind: u16) -> Result<Option<u32>> {
+        Ok(self.bytes(kind)?.map(u32::from_ne_bytes))
     }
 }
 
@@ -159,7 +315,7 @@ impl LinkInfo<'_> {
 /// # Safety
 ///
 /// Called by the core only, under RTNL, for a device of a [`LinkKind<T>`] registered by
-/// [`super::dev::Registration<T>`].
+/// [`Adapter::register`] for `T`.
 unsafe extern "C" fn change_link_callback<T: Operations>(
     dev: *mut bindings::net_device,
     _tb: *mut *mut bindings::nlattr,
@@ -212,4 +368,110 @@ unsafe extern "C" fn fill_info_callback<T: Operations>(
         T::fill_link_info(ndev, data, &mut info)?;
         Ok(0)
     })
+}
+
+/// # Safety
+///
+/// Called by the core only, under RTNL, for `ip link add` of kind `T`: `dev` is allocated
+/// with `T`'s private size and set-up and its `rtnl_link_ops` are the kind's; `tb` holds
+/// `IFLA_MAX + 1` entries and `data` null or `maxtype + 1`.
+unsafe extern "C" fn new_link_callback<T: Operations>(
+    src_net: *mut bindings::net,
+    dev: *mut bindings::net_device,
+    tb: *mut *mut bindings::nlattr,
+    data: *mut *mut bindings::nlattr,
+    _extack: *mut bindings::netlink_ext_ack,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: Per the safety requirements RTNL is held and the kind's operations are
+        // registered, inside the `LinkKind<T>` that registered them, alive while they are.
+        let (rtnl, ops) = unsafe { (Rtnl::assume_held(), (*dev).rtnl_link_ops) };
+        // SAFETY: `ops` points into the `ops` field of a registered `LinkKind<T>`, which
+        // lives inside an `Arc` (`register` makes no other) that outlives the registration
+        // of its operations, so beyond this callback.
+        let kind = unsafe { ArcBorrow::from_raw(crate::container_of!(ops, LinkKind<T>, ops)) };
+        let links = LinkAttributes {
+            data: tb,
+            maxtype: bindings::__IFLA_MAX - 1,
+            _data: PhantomData,
+        };
+        let index = links.u32(bindings::IFLA_LINK as u16)?.ok_or(EINVAL)?;
+        let index = c_int::try_from(index).map_err(|_| ENODEV)?;
+        // SAFETY: RTNL is held, as `__dev_get_by_index` requires; `src_net` is valid.
+        let parent = unsafe { bindings::__dev_get_by_index(src_net, index) };
+        // SAFETY: A non-null result is a registered device, valid under RTNL.
+        if parent.is_null() || unsafe { (*parent).rtnl_link_ops } != ops {
+            return Err(ENODEV);
+        }
+        // SAFETY: The parent is of our kind, so set up by `Adapter::register` for `T`, and
+        // registered.
+        let (parent_dev, parent_data) =
+            unsafe { (NetDevice::from_raw(parent), Adapter::<T>::data(parent)) };
+        let attrs = LinkAttributes {
+            data,
+            // SAFETY: The kind's operations are valid (above).
+            maxtype: unsafe { (*ops).maxtype },
+            _data: PhantomData,
+        };
+        let link = NewLink { dev, kind };
+        let made = T::new_link(link, parent_dev, parent_data, rtnl, &attrs);
+        // SAFETY: `dev` is valid for the callback and RTNL is held.
+        let registered = unsafe { bindings::netdev_is_registered(dev) };
+        match made {
+            Ok(()) if registered => Ok(0),
+            // The driver did not register the device: the core frees it.
+            Ok(()) => Err(EINVAL),
+            Err(e) => {
+                if registered {
+                    // SAFETY: Registered through `NewLink`, so set up by `Adapter::register`
+                    // for `T`.
+                    let (ndev, data) =
+                        unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev)) };
+                    // The driver lets go of the device as for `ip link del`, whatever it
+                    // answers: the device goes.
+                    let _ = T::del_link(ndev, data, rtnl);
+                    // SAFETY: Registered by the driver through `NewLink`: the core owns it;
+                    // unregistered here, it is freed by the core, which also frees it on
+                    // our error (a no-op for a device being unregistered).
+                    unsafe { bindings::unregister_netdevice_queue(dev, core::ptr::null_mut()) };
+                }
+                Err(e)
+            }
+        }
+    })
+}
+
+/// # Safety
+///
+/// Called by the core only, under RTNL, for `ip link del` of a device of kind `T` (or a
+/// failed `ip link add`, or the kind's unregistration); `head` is the list to queue the
+/// device on.
+unsafe extern "C" fn del_link_callback<T: Operations>(
+    dev: *mut bindings::net_device,
+    head: *mut bindings::list_head,
+) {
+    // SAFETY: Per the safety requirements the device is of our kind, so set up by
+    // `Adapter::register` for `T`; RTNL is held.
+    let (ndev, data, rtnl, owned) = unsafe {
+        (
+            NetDevice::from_raw(dev),
+            Adapter::<T>::data(dev),
+            Rtnl::assume_held(),
+            Adapter::<T>::owned(dev),
+        )
+    };
+    if owned {
+        // A registration unregisters its device when dropped; the core cannot report a
+        // refusal, so say it.
+        pr_info!(
+            "{}: not deleted: the driver removes it with its hardware\n",
+            ndev.name()
+        );
+        return;
+    }
+    if T::del_link(ndev, data, rtnl).is_ok() {
+        // SAFETY: The device is registered and RTNL is held; the core unregisters the
+        // devices on `head` and frees them.
+        unsafe { bindings::unregister_netdevice_queue(dev, head) };
+    }
 }

@@ -49,6 +49,19 @@ impl core::ops::Deref for RtnlGuard {
 }
 
 impl RtnlGuard {
+    /// Takes RTNL, waiting for it (process context; not from a device's sysfs file, see
+    /// [`RtnlGuard::try_lock`]).
+    pub fn lock() -> Self {
+        // SAFETY: `rtnl_lock` may sleep; callers are in process context.
+        unsafe { bindings::rtnl_lock() };
+        // INVARIANT: just taken.
+        Self {
+            rtnl: Rtnl {
+                _not_send: PhantomData,
+            },
+        }
+    }
+
     /// Takes RTNL if it is free.
     ///
     /// Writers of a device's sysfs files use this rather than waiting: unregistering a

@@ -7,7 +7,7 @@
 use crate::{
     bindings,
     error::{
-        code::{EINVAL, ENODEV},
+        code::{EINVAL, ENODEV, ENOENT},
         to_result, Result,
     },
     net::dev::NetDevice,
@@ -172,6 +172,31 @@ impl Device {
         let ndev = NonNull::new(ndev).ok_or(ENODEV)?;
         // SAFETY: `ib_device_get_netdev` returned with a reference (`dev_hold`) we take over.
         Ok(unsafe { ARef::from_raw(ndev.cast()) })
+    }
+
+    /// Entry `index` of the P_Key table of `port`; `EINVAL` for a port the device does not
+    /// have or an index beyond the table.
+    pub fn query_pkey(&self, port: u32, index: u16) -> Result<u16> {
+        self.check_port(port)?;
+        let mut pkey = 0u16;
+        // SAFETY: The device is valid, `port` is one of its ports and `pkey` is writable;
+        // the core checks `index` against the table size.
+        to_result(unsafe { bindings::ib_query_pkey(self.as_raw(), port, index, &mut pkey) })?;
+        Ok(pkey)
+    }
+
+    /// The index of `pkey` in the P_Key table of `port` (a full-member entry preferred),
+    /// `None` if the table lacks it; `EINVAL` for a port the device does not have.
+    pub fn find_pkey(&self, port: u32, pkey: u16) -> Result<Option<u16>> {
+        self.check_port(port)?;
+        let mut index = 0u16;
+        // SAFETY: The device is valid, `port` is one of its ports and `index` is writable.
+        let ret = unsafe { bindings::ib_find_pkey(self.as_raw(), port, pkey, &mut index) };
+        if ret == ENOENT.to_errno() {
+            return Ok(None);
+        }
+        to_result(ret)?;
+        Ok(Some(index))
     }
 
     /// Reads entry `index` of the GID table of `port`.

@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Child interfaces: more interfaces on the port of one, each in a partition of its own
+//! (P_Key), made with `ip link add link ib0 name ib0.8001 type ipoib pkey 0x8001` or by
+//! writing the P_Key to `/sys/class/net/ib0/create_child` (deleted through `delete_child`),
+//! as in the C driver.
+//!
+//! The networking core owns a child's device; its parent keeps the list of its children and
+//! deletes them before it goes away. The list holds each child's datapath, and each child
+//! its parent's: the cycle is broken when the child leaves the list, which every deletion
+//! does (`ip link del`, `delete_child`, and the removal of the parent).
+
+use crate::{
+    debugfs::{DebugFiles, DebugRoot},
+    ipoib_ud::UdPort,
+    netdev::IpoibNetdev,
+    wire::PKEY_FULL_MEMBER,
+};
+use kernel::{
+    net::{
+        dev::NetDevice,
+        link::{LinkDevice, LinkKind, NewLink},
+        napi::NapiHandle,
+        rtnl::{Rtnl, RtnlGuard},
+    },
+    new_mutex,
+    prelude::*,
+    str::CString,
+    sync::{Arc, Mutex},
+    types::ARef,
+};
+
+/// One child interface, as its parent lists it.
+pub(crate) struct Child {
+    /// The partition, full-membership bit set.
+    pkey: u16,
+    /// Made through `create_child`, so deletable by P_Key through `delete_child`.
+    legacy: bool,
+    dev: LinkDevice<IpoibNetdev>,
+    datapath: Arc<UdPort>,
+    _debug: Option<DebugFiles>,
+}
+
+impl Child {
+    /// The child's interface.
+    pub(crate) fn device(&self) -> &NetDevice {
+        self.dev.device()
+    }
+
+    /// The child's datapath.
+    pub(crate) fn datapath(&self) -> &Arc<UdPort> {
+        &self.datapath
+    }
+}
+
+struct ChildList {
+    /// Deleted children leave an empty slot, reused by the next one.
+    entries: KVec<Option<Child>>,
+    /// Set when the parent goes: no child may be added any more.
+    closed: bool,
+}
+
+/// The children of an interface.
+#[pin_data]
+pub(crate) struct Children {
+    /// Taken in process context only: under RTNL to add and delete, and by port events.
+    #[pin]
+    list: Mutex<ChildList>,
+    /// What children are made with; `None` for a child, which may not have children.
+    maker: Option<Maker>,
+}
+
+/// What a port's own interface makes its children with.
+pub(crate) struct Maker {
+    /// The kind of children made through `create_child`.
+    pub(crate) kind: Arc<LinkKind<IpoibNetdev>>,
+    /// Where their debugfs files go.
+    pub(crate) debug_root: DebugRoot,
+}
+
+/// How a child is asked for.
+pub(crate) enum Request<'a> {
+    /// `ip link add`: the core's device to register.
+    Link(NewLink<'a, IpoibNetdev>),
+    /// A write to `create_child`: the P_Key as written, which names the interface.
+    Legacy { written: u16 },
+}
+
+impl Children {
+    /// The list of an interface whose children `maker` makes (`None`: a child).
+    pub(crate) fn new(maker: Option<Maker>) -> impl PinInit<Self> {
+        let closed = maker.is_none();
+        pin_init!(Self {
+            list <- new_mutex!(ChildList { entries: KVec::new(), closed }, "Children::list"),
+            maker,
+        })
+    }
+
+    /// Makes a child of `parent` (whose datapath is `port`) in partition `pkey` (full
+    /// membership is implied), under RTNL.
+    pub(crate) fn create(
+        port: &Arc<UdPort>,
+        parent: &NetDevice,
+        rtnl: &Rtnl,
+        pkey: u16,
+        request: Request<'_>,
+    ) -> Result<(Arc<UdPort>, ARef<NetDevice>)> {
+        let children = port.children();
+        let name = parent.name();
+        if pkey & !PKEY_FULL_MEMBER == 0 {
+            pr_info!("{name}: P_Key 0x{pkey:04x} is not a partition\n");
+            return Err(EINVAL);
+        }
+        let legacy = matches!(request, Request::Legacy { .. });
+        let full = pkey | PKEY_FULL_MEMBER;
+        {
+            let mut list = children.list.lock();
+            if list.closed {
+                pr_info!("{name}: a child interface cannot have children\n");
+                return Err(EINVAL);
+            }
+            // `delete_child` names children by P_Key: those it can delete must be unique,
+            // and differ from the parent's (compared as written, as the C driver does).
+            if legacy
+                && (port.pkey() == pkey || list.children().any(|c| c.legacy && c.pkey == pkey))
+            {
+                pr_info!("{name}: a child with P_Key 0x{pkey:04x} exists\n");
+                return Err(ENOTUNIQ);
+            }
+            // Room for the entry first: once registered, the child must make the list.
+            if list.entries.iter().all(Option::is_some) {
+                list.entries.reserve(1, GFP_KERNEL)?;
+            }
+        }
+        let napi = NapiHandle::new()?;
+        let datapath = UdPort::new_child(port, parent, full, &napi)?;
+        let hw_addr = datapath.local;
+        let configure = crate::netdev::configure(&datapath);
+        let maker = children.maker.as_ref().ok_or(EINVAL)?;
+        let dev = match request {
+            Request::Link(link) => link.register(
+                rtnl,
+                hw_addr.as_bytes(),
+                datapath.clone(),
+                Some(&napi),
+                configure,
+            )?,
+            Request::Legacy { written } => {
+                let child_name = CString::try_from_fmt(kernel::fmt!(
+                    "{}.{:04x}",
+                    Truncated(name.as_bytes(), 10),
+                    written
+                ))?;
+                maker.kind.as_arc_borrow().create(
+                    rtnl,
+                    &child_name,
+                    hw_addr.as_bytes(),
+                    datapath.clone(),
+                    Some(&napi),
+                    configure,
+                )?
+            }
+        };
+        pr_info!(
+            "{}: child of {} in partition 0x{:04x}, address {}\n",
+            dev.device().name(),
+            name,
+            full,
+            hw_addr
+        );
+        let made = (datapath.clone(), dev.device().into());
+        // Debugging aids only: the interface works without them.
+        let debug = DebugFiles::new(&maker.debug_root, dev.device().name(), &datapath)
+            .unwrap_or_else(|e| {
+                pr_info!("{}: no debugfs files ({:?})\n", dev.device().name(), e);
+                None
+            });
+        let child = Child {
+            pkey: full,
+            legacy,
+            dev,
+            datapath: datapath.clone(),
+            _debug: debug,
+        };
+        let mut list = children.list.lock();
+        match list.entries.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => *slot = Some(child),
+            // Room was made above, and only RTNL holders add: this does not allocate.
+            None => list.entries.push(Some(child), GFP_ATOMIC)?,
+        }
+        Ok(made)
+    }
+
+    /// Takes `dev` off the list, for `ip link del` (under RTNL); `ENOENT` if it is not a
+    /// child listed here.
+    pub(crate) fn forget(&self, dev: &NetDevice) -> Result {
+        let taken = self
+            .take(|c| core::ptr::eq(c.device(), dev))
+            .ok_or(ENOENT)?;
+        // The core unregisters the device: our reference and the datapath go now.
+        drop(taken);
+        Ok(())
+    }
+
+    /// Deletes the child made through `create_child` with P_Key `pkey` (a write to
+    /// `delete_child`), under RTNL; `ENODEV` if there is none.
+    pub(crate) fn delete_legacy(&self, rtnl: &Rtnl, pkey: u16) -> Result {
+        let taken = self.take(|c| c.legacy && c.pkey == pkey).ok_or(ENODEV)?;
+        pr_info!("{}: deleted\n", taken.device().name());
+        taken.dev.delete(rtnl);
+        Ok(())
+    }
+
+    /// Deletes every child, as the parent goes (process context, without RTNL): no child
+    /// may be added afterwards. Returns once their work is done.
+    pub(crate) fn delete_all(&self) {
+        let taken = {
+            let mut list = self.list.lock();
+            list.closed = true;
+            core::mem::take(&mut list.entries)
+        };
+        for child in taken.into_iter().flatten() {
+            let Child { dev, datapath, .. } = child;
+            {
+                let rtnl = RtnlGuard::lock();
+                dev.delete(&rtnl);
+            }
+            // Unregistered as the lock was dropped: nothing queues work any more.
+            datapath.flush_work();
+        }
+    }
+
+    /// Takes the first child `matches` accepts off the list.
+    fn take(&self, matches: impl Fn(&Child) -> bool) -> Option<Child> {
+        let mut list = self.list.lock();
+        let slot = list
+            .entries
+            .iter_mut()
+            .find(|slot| slot.as_ref().is_some_and(&matches))?;
+        slot.take()
+    }
+
+    /// Calls `f` on each child (process context).
+    pub(crate) fn for_each(&self, f: impl FnMut(&Child)) {
+        self.list.lock().children().for_each(f);
+    }
+}
+
+impl ChildList {
+    fn children(&self) -> impl Iterator<Item = &Child> {
+        self.entries.iter().flatten()
+    }
+}
+
+/// At most the first `.1` bytes of a name, shown as text.
+struct Truncated<'a>(&'a [u8], usize);
+
+impl core::fmt::Display for Truncated<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let end = self.0.len().min(self.1);
+        for &b in &self.0[..end] {
+            core::fmt::Write::write_char(f, char::from(b))?;
+        }
+        Ok(())
+    }
+}
+
+/// The P_Key written to `create_child` or `delete_child`: a number as C's `%i` reads it
+/// (decimal, `0x` hexadecimal or `0` octal), one trailing newline allowed.
+pub(crate) fn parse_pkey(input: &[u8]) -> Option<u32> {
+    let text = input.strip_suffix(b"\n").unwrap_or(input);
+    let (digits, radix) = match text {
+        [b'0', b'x' | b'X', rest @ ..] => (rest, 16),
+        [b'0', rest @ ..] if !rest.is_empty() => (rest, 8),
+        _ => (text, 10),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u32, |value, &b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        let digit = u32::from(digit);
+        if digit >= radix {
+            return None;
+        }
+        value.checked_mul(radix)?.checked_add(digit)
+    })
+}

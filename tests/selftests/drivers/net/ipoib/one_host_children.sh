@@ -1,0 +1,180 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Child interfaces (partitions) on one host, as Documentation/infiniband/ipoib.rst describes
+# them: made and deleted through the parent's create_child/delete_child files and through
+# `ip link add/del ... type ipoib pkey`; their sysfs files and `ip -d link` details; bad
+# requests refused with an errno; a child of a P_Key the port lacks exists without carrier;
+# traffic between children of P_Key 0xffff (the one partition soft-RoCE has) in both modes,
+# across a network namespace; children removed with the module and with the RDMA device.
+. "$(dirname "$0")/lib.sh"
+
+NS=ipoibkids
+
+ktap_print_header
+if ! modinfo "$MODULE" >/dev/null 2>&1; then
+	ktap_skip_all "module $MODULE not installed"
+	exit "$KSFT_SKIP"
+fi
+one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
+module_loaded && rmmod "$MODULE"
+ktap_set_plan 16
+klog_mark
+start_mark=$KLOG_MARK
+
+ipoib_check "modprobe $MODULE" modprobe "$MODULE"
+if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
+ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
+sys() { echo "/sys/class/net/$1/$2"; }
+# write FILE VALUE: writes VALUE to FILE, printing the error; fails as the write does.
+write() { sh -c "echo '$2' > '$1'" 2>&1; }
+# refused FILE VALUE ERRNO-TEXT: the write fails with that error.
+refused() {
+	local out
+	out=$(write "$1" "$2") && { echo "$1 took '$2'"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q "$3"
+}
+
+parent_files() {
+	[ -n "$ib_a" ] || { echo "no interface for rxe0"; return 1; }
+	[ "$(stat -c %a "$(sys "$ib_a" create_child)")" = 200 ] &&
+		[ "$(stat -c %a "$(sys "$ib_a" delete_child)")" = 200 ] &&
+		[ ! -e "$(sys "$ib_a" parent)" ] &&
+		[ "$(cat "$(sys "$ib_a" pkey)")" = 0xffff ] &&
+		[ "$(cat "$(sys "$ib_a" umcast)")" = 0 ] &&
+		write "$(sys "$ib_a" umcast)" 0 &&
+		refused "$(sys "$ib_a" umcast)" 1 "Invalid argument"
+}
+ipoib_check "$ib_a: create_child and delete_child (write-only), pkey 0xffff, umcast 0 (1 refused)" \
+	parent_files
+
+kid=$ib_a.8001
+legacy_child() {
+	write "$(sys "$ib_a" create_child)" 0x8001 || return 1
+	[ "$(cat "$(sys "$kid" parent)")" = "$ib_a" ] &&
+		[ "$(cat "$(sys "$kid" pkey)")" = 0x8001 ] &&
+		[ ! -e "$(sys "$kid" create_child)" ] &&
+		ip -d link show "$kid" | tee /dev/stderr | grep -Eq "ipoib pkey +0x8001 mode" &&
+		ethtool -i "$kid" | grep -q "driver: ib_ipoib" &&
+		klog_since | grep -q "$kid: child of $ib_a in partition 0x8001"
+}
+ipoib_check "echo 0x8001 > create_child: $kid with parent, pkey, ip -d details" legacy_child
+
+bad_requests() {
+	local f
+	f=$(sys "$ib_a" create_child)
+	refused "$f" 0x8001 "not unique" && refused "$f" 0xffff "not unique" &&
+		refused "$f" 0 "Invalid argument" && refused "$f" 0x8000 "Invalid argument" &&
+		refused "$f" 0x10000 "Invalid argument" && refused "$f" pkey "Invalid argument" &&
+		refused "$(sys "$ib_a" delete_child)" 0x8002 "No such device"
+}
+ipoib_check "create_child refuses a duplicate, the parent's P_Key, 0, 0x8000, 0x10000, text; delete_child an unknown P_Key" \
+	bad_requests
+
+no_partition() {
+	ip link set "$kid" up || return 1
+	sleep 1
+	echo "carrier $(cat "$(sys "$kid" carrier)"), operstate $(cat "$(sys "$kid" operstate)")"
+	[ "$(cat "$(sys "$kid" carrier)")" = 0 ] &&
+		klog_since | grep -q "$kid: P_Key 0x8001 is not in the port's P_Key table: no carrier"
+}
+ipoib_check "$kid up: P_Key 0x8001 is not in soft-RoCE's table, so no carrier (logged)" no_partition
+
+legacy_delete() {
+	write "$(sys "$ib_a" delete_child)" 0x8001 && ! ip link show "$kid" 2>/dev/null &&
+		refused "$(sys "$ib_a" delete_child)" 0x8001 "No such device"
+}
+ipoib_check "echo 0x8001 > delete_child removes it (a second time: ENODEV)" legacy_delete
+
+rtnl_children() {
+	ip link add link "$ib_a" name "$ib_a.k1" type ipoib pkey 0x7fff mode connected &&
+		ip link add link "$ib_a" name "$ib_a.k2" type ipoib || return 1
+	ip -d link show "$ib_a.k1" | tee /dev/stderr | grep -Eq "ipoib pkey +0xffff mode +connected" &&
+		[ "$(cat "$(sys "$ib_a.k1" parent)")" = "$ib_a" ] &&
+		[ "$(cat "$(sys "$ib_a.k2" pkey)")" = 0xffff ] &&
+		[ "$(cat "$(sys "$ib_a.k2" address)")" != "$(cat "$(sys "$ib_a.k1" address)")" ] &&
+		[ "$(cat "$(sys "$ib_a.k1" address)")" != "$(cat "$(sys "$ib_a" address)")" ]
+}
+ipoib_check "ip link add ... type ipoib pkey 0x7fff mode connected, and without a P_Key: own addresses" \
+	rtnl_children
+
+rtnl_refusals() {
+	local out
+	out=$(ip link add link "$ib_a.k1" name "$ib_a.k3" type ipoib 2>&1) && return 1
+	echo "child of a child: $out"
+	out=$(ip link add link lo name lo.k type ipoib 2>&1) && return 1
+	echo "child of lo: $out"
+	echo "$out" | grep -q "No such device" || return 1
+	out=$(ip link add link "$ib_a" name "$ib_a.k4" type ipoib pkey 0x8000 2>&1) && return 1
+	echo "P_Key 0x8000: $out"
+	out=$(ip link add link "$ib_a" name "$ib_a.k5" type ipoib umcast 1 2>&1) && return 1
+	echo "umcast 1: $out"
+	! ip link show "$ib_a.k5" 2>/dev/null || return 1
+	ip link del "$ib_a" && ip link show "$ib_a" >/dev/null &&
+		klog_since | grep -q "$ib_a: not deleted"
+}
+ipoib_check "refused: a child of a child, of lo, P_Key 0x8000, umcast 1; ip link del of the parent leaves it" \
+	rtnl_refusals
+
+ipoib_check "ip link del $ib_a.k2" eval "ip link del $ib_a.k2 && ! ip link show $ib_a.k2 2>/dev/null"
+
+# Traffic between a child of each interface, the second one in another namespace.
+kid_a=$ib_a.k1 kid_b=$ib_b.k1
+kids_up() {
+	[ -n "$ib_b" ] || { echo "no interface for rxe1"; return 1; }
+	ip netns add "$NS" && ip link set "$ib_b" netns "$NS" && ip -n "$NS" link set lo up &&
+		ip -n "$NS" link add link "$ib_b" name "$kid_b" type ipoib pkey 0xffff || return 1
+	ip -n "$NS" addr add 203.0.113.2/24 dev "$kid_b" && ip -n "$NS" link set "$kid_b" up &&
+		ip addr add 203.0.113.1/24 dev "$kid_a" && ip link set "$kid_a" up &&
+		[ "$(cat "$(sys "$kid_a" carrier)")" = 1 ]
+}
+ipoib_check "$kid_a and $kid_b (in namespace $NS, made there) up, carrier on" kids_up
+
+datagram_ping() {
+	echo datagram >"$(sys "$kid_a" mode)" && ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$kid_b/mode" &&
+		wait_for 30 ping -c 1 -W 1 203.0.113.2 && ip netns exec "$NS" ping -c 2 -W 2 203.0.113.1
+}
+ipoib_check "datagram mode: ping between the children both ways" datagram_ping
+
+connected_ping() {
+	local before frags
+	before=$(rc_qp_count) frags=$(frag_creates)
+	echo connected >"$(sys "$kid_a" mode)" && ip link set "$kid_a" mtu 65520 &&
+		ip netns exec "$NS" sh -c "echo connected >/sys/class/net/$kid_b/mode" &&
+		ip -n "$NS" link set "$kid_b" mtu 65520 || return 1
+	ping -c 3 -W 2 -s 60000 203.0.113.2 || return 1
+	echo "RC queue pairs: $before -> $(rc_qp_count), fragments made: $((frags)) -> $(frag_creates)"
+	[ "$(rc_qp_count)" -gt "$before" ] && [ "$(frag_creates)" = "$frags" ] &&
+		[ "$(ethtool_stat "$kid_a" cm_tx_connections)" = 1 ] &&
+		grep -q "tx" "/sys/kernel/debug/ipoib/${kid_a}_cm"
+}
+ipoib_check "connected mode, MTU 65520: 60000-byte pings unfragmented, over a connection" connected_ping
+
+parent_unharmed() {
+	ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up &&
+		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" && ip -n "$NS" link set "$ib_b" up &&
+		wait_for 30 ping -c 1 -W 1 198.51.100.2 && ping -c 2 -W 2 203.0.113.2
+}
+ipoib_check "the parents carry their own traffic beside their children's" parent_unharmed
+
+unload() {
+	write "$(sys "$ib_a" create_child)" 0x0002 && ip link show "$ib_a.0002" >/dev/null || return 1
+	rmmod "$MODULE" && ! module_loaded && ! ip link show "$kid_a" 2>/dev/null &&
+		! ip link show "$ib_a.0002" 2>/dev/null && ! ip -n "$NS" link show "$kid_b" 2>/dev/null
+}
+ipoib_check "rmmod with three children (one in $NS): all gone" unload
+ip netns del "$NS" 2>/dev/null
+
+readd() {
+	klog_mark
+	modprobe "$MODULE" || return 1
+	ib_a=$(if_of rxe0)
+	ip link add link "$ib_a" name "$ib_a.k1" type ipoib && ip link set "$ib_a.k1" up || return 1
+	rdma link del rxe0 && ! ip link show "$ib_a.k1" 2>/dev/null && ! ip link show "$ib_a" 2>/dev/null &&
+		rxe_add rxe0 veth0
+}
+ipoib_check "rdma link del rxe0 with a child up: parent and child gone; rxe0 back" readd
+
+KLOG_MARK=$start_mark
+ipoib_check "rmmod, kernel log clean" eval 'rmmod "$MODULE" && klog_clean_since'
+ktap_finished
