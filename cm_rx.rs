@@ -119,6 +119,11 @@ impl ListenHandler for CmListen {
             .filter(|p| p.payload_mtu().is_some_and(|m| m >= MIN_MTU));
         let (Some(QpType::Rc), Some(peer)) = (req.qp_type(), peer) else {
             bump(&port.counters.cm_rx_rejected, 1);
+            crate::params::ipoib_dbg!(
+                "{} port {}: connection request refused (not RC, or bad private data)\n",
+                port.name(),
+                port.port
+            );
             return Err(EINVAL);
         };
         let drain = Arc::new(
@@ -162,6 +167,14 @@ impl ListenHandler for CmListen {
         // failing the connection (the C driver passes the REQ's count, 0, on).
         let replied = id.id().send_rep(&conn.qp, psn, &private, true, 7);
         bump(&port.counters.cm_rx_accepted, u64::from(replied.is_ok()));
+        crate::params::ipoib_dbg!(
+            "{} port {}: connection from QPN 0x{:06x} (UD QPN 0x{:06x}) accepted on QPN 0x{:06x}\n",
+            port.name(),
+            port.port,
+            conn.peer_qpn,
+            conn.peer_ud_qpn,
+            conn.qp.qp_num()
+        );
         let old = rx.insert(node.into_node(key, id));
         drop(rx);
         drop(old);

@@ -328,8 +328,41 @@ impl TxConnection {
             }
         }
         bump(&self.port.counters.cm_tx_established, 1);
+        crate::params::ipoib_dbg!(
+            "{} port {}: connected to {} (QPN 0x{:06x}, MTU {})\n",
+            self.port.name(),
+            self.port.port,
+            self.dest,
+            link.qp.qp_num(),
+            mtu
+        );
         link.cq.handler().kick();
         Ok(())
+    }
+
+    /// Fails the connection if sends are in flight but none completed since `deadline`
+    /// (ms, monotonic): the peer went silent. Returns whether it did.
+    pub(crate) fn fail_if_stalled(&self, deadline: i64) -> bool {
+        let in_flight = {
+            let s = self.state.lock();
+            match (&s.link, s.phase) {
+                (Some(link), TxPhase::Live) => link.qp.sends_in_flight(),
+                _ => 0,
+            }
+        };
+        if in_flight == 0 || self.last_ms.load(Ordering::Relaxed) >= deadline {
+            return false;
+        }
+        pr_info!(
+            "{} port {}: connection to {} stalled with {} sends in flight; closed\n",
+            self.port.name(),
+            self.port.port,
+            self.dest,
+            in_flight
+        );
+        bump(&self.port.counters.cm_tx_stalled, 1);
+        self.fail();
+        true
     }
 
     /// Takes the queue pair out (process context), so that it is destroyed here.
@@ -351,6 +384,13 @@ impl TxConnection {
         };
         bump(&self.port.counters.tx_dropped, dropped);
         bump(&self.port.counters.cm_tx_failed, u64::from(never_up));
+        crate::params::ipoib_dbg!(
+            "{} port {}: connection to {} closed{}\n",
+            self.port.name(),
+            self.port.port,
+            self.dest,
+            if never_up { " before it was up" } else { "" }
+        );
         self.port.schedule_work();
     }
 

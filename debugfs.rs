@@ -8,6 +8,22 @@
 use crate::ipoib_ud::UdPort;
 use kernel::{prelude::*, sync::Arc};
 
+/// A GID as the C driver prints it: eight groups of hex digits, without leading zeros.
+pub(crate) struct GidText<'a>(pub(crate) &'a [u8; 16]);
+
+impl core::fmt::Display for GidText<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for (i, pair) in self.0.chunks(2).enumerate() {
+            let group = pair.iter().fold(0u16, |acc, &b| (acc << 8) | u16::from(b));
+            if i > 0 {
+                core::fmt::Write::write_char(f, ':')?;
+            }
+            core::write!(f, "{group:x}")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(CONFIG_DEBUG_FS)]
 mod files {
     use super::*;
@@ -26,22 +42,6 @@ mod files {
         /// Creates the directory; without debugfs (not mounted, or refused) there is none.
         pub(crate) fn new() -> Self {
             Self(Dir::new(kernel::c_str!("ipoib"), None).ok())
-        }
-    }
-
-    /// A GID as the C driver prints it: eight groups of hex digits, without leading zeros.
-    pub(crate) struct GidText<'a>(pub(crate) &'a [u8; 16]);
-
-    impl fmt::Display for GidText<'_> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            for (i, pair) in self.0.chunks(2).enumerate() {
-                let group = pair.iter().fold(0u16, |acc, &b| (acc << 8) | u16::from(b));
-                if i > 0 {
-                    f.write_char(':')?;
-                }
-                write!(f, "{group:x}")?;
-            }
-            Ok(())
         }
     }
 

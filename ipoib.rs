@@ -8,7 +8,7 @@
 
 // The pinned initialisers of the connected-mode state need more macro recursion than the
 // default allows (as in Android's Rust binder).
-#![recursion_limit = "256"]
+#![recursion_limit = "512"]
 
 use kernel::{
     c_str,

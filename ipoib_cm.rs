@@ -303,6 +303,16 @@ impl CmPort {
         }
     }
 
+    /// Fails the transmit connections whose sends have not completed since `deadline` (ms,
+    /// monotonic), after a transmit timeout; returns how many.
+    pub(crate) fn fail_stalled(&self, deadline: i64) -> usize {
+        let mut failed = 0;
+        for conn in self.tx.lock().values() {
+            failed += usize::from(conn.fail_if_stalled(deadline));
+        }
+        failed
+    }
+
     /// Closes every transmit connection (the interface left connected mode).
     pub(crate) fn close_tx(self: &Arc<Self>) {
         let mut dropped = 0;

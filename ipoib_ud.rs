@@ -54,6 +54,9 @@ const MAX_IB_MTU: usize = 4096;
 const POLL_BATCH: usize = 16;
 /// The GID table entry the interface's address uses, as in the C driver.
 const GID_INDEX: u32 = 0;
+/// How long the transmit queue may stay stopped before the stalled sends are looked for: a
+/// fifth of the C driver's 10 s, since only the stalled connections are closed here.
+pub(crate) const TX_TIMEOUT_MS: u32 = 2000;
 /// Packets held while their destination's address handle is being made.
 const PENDING_MAX: usize = 64;
 
@@ -169,6 +172,9 @@ pub(crate) struct UdPort {
     /// RoCE port takes RTNL).
     #[pin]
     port_work: Work<UdPort, 5>,
+    /// Looks for the stalled sends after a transmit timeout.
+    #[pin]
+    stall_work: Work<UdPort, 6>,
     /// Ages the neighbours, periodically while the interface is up.
     #[pin]
     neigh_gc: DelayedWork<UdPort, 4>,
@@ -388,6 +394,7 @@ impl UdPort {
                 recovery_due: AtomicBool::new(false),
                 recover_work <- new_work!("UdPort::recover_work"),
                 port_work <- new_work!("UdPort::port_work"),
+                stall_work <- new_work!("UdPort::stall_work"),
                 neigh_gc <- new_delayed_work!("UdPort::neigh_gc"),
                 up: AtomicBool::new(false),
                 ethtool: EthtoolState::new(facts.speed_mbps),
@@ -545,8 +552,33 @@ impl UdPort {
         Ok(())
     }
 
+    /// Handles the watchdog's report that the transmit queue stayed stopped (atomic
+    /// context): the stalled sends are looked for in process context.
+    pub(crate) fn tx_timeout(this: ArcBorrow<'_, Self>, dev: &NetDevice) {
+        bump(&this.counters.tx_timeouts, 1);
+        pr_warn!(
+            "{}: transmit timeout: queue stopped with {} sends in flight\n",
+            dev.name(),
+            this.credits.in_use()
+        );
+        let _ = workqueue::system().enqueue::<_, 6>(Arc::<Self>::from(this));
+    }
+
+    /// After a transmit timeout: the UD queue pair is checked, and the connections whose
+    /// sends stalled for as long are closed, which returns their credits. The C driver
+    /// restarts the whole interface instead.
+    fn unstall(self: &Arc<Self>) {
+        // By the recovery work item, which must not run twice at once.
+        Self::schedule_recovery(self.as_arc_borrow());
+        if let Some(cm) = &self.cm {
+            cm.fail_stalled(now_ms() - i64::from(TX_TIMEOUT_MS));
+        }
+        self.napi.schedule();
+    }
+
     /// Waits for every work item of the interface (once it is unregistered).
     pub(crate) fn flush_work(&self) {
+        self.stall_work.flush();
         self.resolve_work.flush();
         self.mcast_work.flush();
         self.recover_work.flush();
@@ -719,6 +751,22 @@ impl UdPort {
                     let posted = self.sends_posted.load(Ordering::Relaxed);
                     neigh.insert(&gid.0, node, posted)
                 });
+            match &made {
+                Ok(None) => crate::params::ipoib_dbg!(
+                    "{} port {}: address handle made for {}\n",
+                    self.device.name(),
+                    self.port,
+                    crate::debugfs::GidText(&gid.0)
+                ),
+                Err(e) => crate::params::ipoib_dbg!(
+                    "{} port {}: no address handle for {} ({:?})\n",
+                    self.device.name(),
+                    self.port,
+                    crate::debugfs::GidText(&gid.0),
+                    e
+                ),
+                Ok(Some(_)) => {}
+            }
             // A handle made twice is dropped here, outside the lock, never used.
             if let Err(_) | Ok(Some(_)) = made {
                 // No route: the packets for it go.
@@ -1123,7 +1171,15 @@ impl UdPort {
             |mgid| {
                 self.qp.attach_mcast(&rdma_gid(mgid), 0)?;
                 match Ipv6McMembership::join(&ndev, &mgid.0) {
-                    Ok(member) => Ok(Joined::new(*mgid, member)),
+                    Ok(member) => {
+                        crate::params::ipoib_dbg_mcast!(
+                            "{} port {}: joined multicast group {}\n",
+                            self.device.name(),
+                            self.port,
+                            crate::debugfs::GidText(&mgid.0)
+                        );
+                        Ok(Joined::new(*mgid, member))
+                    }
                     Err(e) => {
                         let _ = self.qp.detach_mcast(&rdma_gid(mgid), 0);
                         Err(e)
@@ -1132,6 +1188,12 @@ impl UdPort {
             },
             |mgid| {
                 let _ = self.qp.detach_mcast(&rdma_gid(mgid), 0);
+                crate::params::ipoib_dbg_mcast!(
+                    "{} port {}: left multicast group {}\n",
+                    self.device.name(),
+                    self.port,
+                    crate::debugfs::GidText(&mgid.0)
+                );
             },
         );
         if failed > 0 {
@@ -1174,6 +1236,7 @@ impl UdPort {
         }
         self.resolve_work.flush();
         self.recover_work.flush();
+        self.stall_work.flush();
         self.drop_pending();
     }
 }
@@ -1225,6 +1288,18 @@ impl WorkItem<3> for UdPort {
 
     fn run(this: Arc<UdPort>) {
         this.recover();
+    }
+}
+
+impl_has_work! {
+    impl HasWork<Self, 6> for UdPort { self.stall_work }
+}
+
+impl WorkItem<6> for UdPort {
+    type Pointer = Arc<UdPort>;
+
+    fn run(this: Arc<UdPort>) {
+        this.unstall();
     }
 }
 

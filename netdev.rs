@@ -112,6 +112,7 @@ impl Operations for IpoibNetdev {
         dev.set_tx_queue_len(2 * 64);
         // Packets too big for a peer are reported back through their route.
         dev.keep_dst();
+        dev.set_watchdog_timeout(crate::ipoib_ud::TX_TIMEOUT_MS);
         let bcast = HwAddr::broadcast(wire::DEFAULT_PKEY);
         if dev.set_addr_len(HWADDR_LEN as u8).is_err()
             || dev.set_broadcast(bcast.as_bytes()).is_err()
@@ -165,6 +166,10 @@ impl Operations for IpoibNetdev {
         skb.push(HWADDR_LEN as u32)?
             .copy_from_slice(dest.as_bytes());
         Ok(HARD_HEADER_LEN as u32)
+    }
+
+    fn tx_timeout(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) {
+        UdPort::tx_timeout(port, dev);
     }
 
     fn change_mtu(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, new_mtu: u32) -> Result {

@@ -62,3 +62,45 @@ pub(crate) fn send_queue_size() -> u32 {
 pub(crate) fn recv_queue_size() -> u32 {
     RECV_QUEUE_SIZE.get().clamp(16, 4096)
 }
+
+kernel::module_param!(
+    /// Whether the driver logs what it does with connections and destinations, as the C
+    /// driver's `debug_level`.
+    pub(crate) DEBUG_LEVEL,
+    "ib_ipoib",
+    "debug_level",
+    writable u32,
+    0,
+    "Log connections and destinations if > 0 (default 0; writable at run time)"
+);
+
+kernel::module_param!(
+    /// Whether the driver logs multicast joins and leaves, as the C driver's
+    /// `mcast_debug_level`.
+    pub(crate) MCAST_DEBUG_LEVEL,
+    "ib_ipoib",
+    "mcast_debug_level",
+    writable u32,
+    0,
+    "Log multicast joins and leaves if > 0 (default 0; writable at run time)"
+);
+
+/// Logs a line when `debug_level` is set (the C driver's `ipoib_dbg`).
+macro_rules! ipoib_dbg {
+    ($($arg:tt)*) => {
+        if $crate::params::DEBUG_LEVEL.get() > 0 {
+            kernel::pr_info!($($arg)*);
+        }
+    };
+}
+
+/// Logs a line when `mcast_debug_level` is set (the C driver's `ipoib_dbg_mcast`).
+macro_rules! ipoib_dbg_mcast {
+    ($($arg:tt)*) => {
+        if $crate::params::MCAST_DEBUG_LEVEL.get() > 0 {
+            kernel::pr_info!($($arg)*);
+        }
+    };
+}
+
+pub(crate) use {ipoib_dbg, ipoib_dbg_mcast};

@@ -57,6 +57,11 @@ impl SendCredits {
         }
     }
 
+    /// Sends in flight.
+    pub(crate) fn in_use(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     /// Whether a credit is free.
     pub(crate) fn any_idle(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) < self.limit

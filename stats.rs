@@ -28,6 +28,10 @@ pub(crate) struct Counters {
     pub(crate) cm_rx_drained: AtomicU64,
     /// Times the UD queue pair was brought back from a failure.
     pub(crate) qp_recoveries: AtomicU64,
+    /// Times the transmit queue stayed stopped past the watchdog, and transmit connections
+    /// closed then because their sends had stalled.
+    pub(crate) tx_timeouts: AtomicU64,
+    pub(crate) cm_tx_stalled: AtomicU64,
 }
 
 /// What `ethtool -S` shows: the C driver's counters first, then ours.
@@ -52,6 +56,8 @@ pub(crate) const ETHTOOL_STATS: &[&CStr] = &[
     c_str!("cm_rx_drained"),
     c_str!("qp_recoveries"),
     c_str!("neighbours"),
+    c_str!("tx_timeouts"),
+    c_str!("cm_tx_stalled"),
 ];
 
 /// Values that are not counters of [`Counters`], for [`Counters::fill_ethtool`].
@@ -101,6 +107,8 @@ impl Counters {
             l(&self.cm_rx_drained),
             l(&self.qp_recoveries),
             g.neighbours,
+            l(&self.tx_timeouts),
+            l(&self.cm_tx_stalled),
         ];
         for (v, a) in values.iter_mut().zip(all) {
             *v = a;

@@ -1,17 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Read-only module parameters (`modprobe MODULE NAME=VALUE`, or `MODULE.NAME=VALUE` on the
-//! kernel command line for built-in code), shown in `/sys/module/MODULE/parameters/`.
+//! Module parameters (`modprobe MODULE NAME=VALUE`, or `MODULE.NAME=VALUE` on the kernel
+//! command line for built-in code), shown in `/sys/module/MODULE/parameters/`.
 //!
 //! C header: [`include/linux/moduleparam.h`](srctree/include/linux/moduleparam.h).
 //!
-//! Declared with [`module_param!`](crate::module_param); read with [`ModuleParam::get`].
-//! Parameters are read-only after loading (mode 0444): the kernel writes them only while
-//! parsing the load arguments, before any code of the module runs, so reading them needs
-//! no lock.
+//! Declared with [`module_param!`](crate::module_param); read with [`ModuleParam::get`] or
+//! [`WritableParam::get`]. Most parameters are read-only after loading (mode 0444): the
+//! kernel writes them only while parsing the load arguments, before any code of the module
+//! runs, so reading them needs no lock. A [`WritableParam`] root may also change at run time
+//! (mode 0644) by writing its sysfs file; it is an atomic, read anywhere.
 
-use crate::bindings;
-use core::cell::UnsafeCell;
+use crate::{bindings, error::to_result, ffi::c_char};
+use core::{
+    cell::UnsafeCell,
+    sync::atomic::{AtomicU32, Ordering},
+};
 
 /// The value of a module parameter of type `T` (`bool` or `u32`).
 ///
@@ -38,6 +42,77 @@ impl<T: Copy> ModuleParam<T> {
     }
 }
 
+/// A `u32` module parameter that root may also change at run time, through its sysfs file.
+#[repr(transparent)]
+pub struct WritableParam(AtomicU32);
+
+impl WritableParam {
+    /// A parameter with value `default` until the load arguments or a write say otherwise.
+    pub const fn new(default: u32) -> Self {
+        Self(AtomicU32::new(default))
+    }
+
+    /// The value (it may change at any time).
+    pub fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// # Safety
+///
+/// Called by the kernel only, for a parameter made by [`KernelParam::new_u32_writable`]:
+/// `val` is a NUL-terminated string and `kp.arg` points to its [`WritableParam`].
+unsafe extern "C" fn set_writable_u32(
+    val: *const c_char,
+    kp: *const bindings::kernel_param,
+) -> crate::ffi::c_int {
+    let mut value = 0u32;
+    // SAFETY: `val` is NUL-terminated and `value` writable; base 0 takes 0x and 0 prefixes.
+    if let Err(e) = to_result(unsafe { bindings::kstrtouint(val, 0, &mut value) }) {
+        return e.to_errno();
+    }
+    // SAFETY: Per the safety requirements `arg` points to a `WritableParam`, which is
+    // `'static`.
+    let param = unsafe { &*(*kp).__bindgen_anon_1.arg.cast::<WritableParam>() };
+    param.0.store(value, Ordering::Relaxed);
+    0
+}
+
+/// # Safety
+///
+/// As for [`set_writable_u32`]; `buffer` holds a page.
+unsafe extern "C" fn get_writable_u32(
+    buffer: *mut c_char,
+    kp: *const bindings::kernel_param,
+) -> crate::ffi::c_int {
+    // SAFETY: As in `set_writable_u32`.
+    let param = unsafe { &*(*kp).__bindgen_anon_1.arg.cast::<WritableParam>() };
+    let mut digits = [0u8; 11];
+    let mut at = digits.len() - 1;
+    digits[at] = b'\n';
+    let mut value = param.get();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    let text = &digits[at..];
+    // SAFETY: `buffer` holds a page, more than the 11 bytes of the longest value.
+    unsafe { core::ptr::copy_nonoverlapping(text.as_ptr(), buffer.cast::<u8>(), text.len()) };
+    text.len() as crate::ffi::c_int
+}
+
+/// Parses and shows [`WritableParam`]s.
+static WRITABLE_U32_OPS: bindings::kernel_param_ops = bindings::kernel_param_ops {
+    flags: 0,
+    set: Some(set_writable_u32),
+    get: Some(get_writable_u32),
+    free: None,
+};
+
 /// The kernel's description of one parameter (`struct kernel_param`), placed in the
 /// `__param` section by [`module_param!`](crate::module_param).
 #[repr(transparent)]
@@ -51,13 +126,15 @@ impl KernelParam {
         name: &'static [u8],
         ops: *const bindings::kernel_param_ops,
         arg: *mut core::ffi::c_void,
+        perm: u16,
     ) -> Self {
         Self(bindings::kernel_param {
             name: name.as_ptr().cast(),
-            // Only used to lock writable parameters; these are read-only.
+            // Without a module, writes are serialised by the kernel's global parameter lock;
+            // our own parameters are atomics anyway.
             mod_: core::ptr::null_mut(),
             ops,
-            perm: 0o444,
+            perm,
             level: -1,
             flags: 0,
             __bindgen_anon_1: bindings::kernel_param__bindgen_ty_1 { arg },
@@ -71,6 +148,7 @@ impl KernelParam {
             name,
             &raw const bindings::param_ops_bool,
             value.0.get().cast(),
+            0o444,
         )
     }
 
@@ -81,6 +159,18 @@ impl KernelParam {
             name,
             &raw const bindings::param_ops_uint,
             value.0.get().cast(),
+            0o444,
+        )
+    }
+
+    /// A `u32` parameter named `name` (NUL-terminated), stored in `value`, which root may
+    /// change at run time.
+    pub const fn new_u32_writable(name: &'static [u8], value: &'static WritableParam) -> Self {
+        Self::new(
+            name,
+            &raw const WRITABLE_U32_OPS,
+            value.0.as_ptr().cast(),
+            0o644,
         )
     }
 }
@@ -98,24 +188,30 @@ pub const fn modinfo<const N: usize>(s: &str) -> [u8; N] {
     out
 }
 
-/// Declares a read-only module parameter of type `bool` or `u32`.
+/// Declares a module parameter of type `bool` or `u32` (read-only), or `writable u32`.
 ///
 /// `module_param!(NAME, "module", "param", bool, default, "description");` makes a static
-/// [`ModuleParam`] `NAME`, set with `modprobe module param=VALUE` (or `module.param=VALUE`
-/// on the kernel command line when built in), listed by `modinfo` with its description
-/// and shown in `/sys/module/module/parameters/param`.
+/// [`ModuleParam`] `NAME` (a [`WritableParam`] for `writable u32`), set with
+/// `modprobe module param=VALUE` (or `module.param=VALUE` on the kernel command line when
+/// built in), listed by `modinfo` with its description and shown in
+/// `/sys/module/module/parameters/param`, where root may write a writable one.
 #[macro_export]
 macro_rules! module_param {
     ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, bool, $default:expr, $desc:literal) => {
-        $crate::module_param!(@impl $(#[$meta])* $vis $static, $module, $name, bool, "bool", new_bool, $default, $desc);
+        $crate::module_param!(@impl $(#[$meta])* $vis $static, $module, $name,
+            $crate::module_param::ModuleParam<bool>, "bool", new_bool, $default, $desc);
     };
     ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, u32, $default:expr, $desc:literal) => {
-        $crate::module_param!(@impl $(#[$meta])* $vis $static, $module, $name, u32, "uint", new_u32, $default, $desc);
+        $crate::module_param!(@impl $(#[$meta])* $vis $static, $module, $name,
+            $crate::module_param::ModuleParam<u32>, "uint", new_u32, $default, $desc);
+    };
+    ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, writable u32, $default:expr, $desc:literal) => {
+        $crate::module_param!(@impl $(#[$meta])* $vis $static, $module, $name,
+            $crate::module_param::WritableParam, "uint", new_u32_writable, $default, $desc);
     };
     (@impl $(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, $ty:ty, $cty:literal, $ctor:ident, $default:expr, $desc:literal) => {
         $(#[$meta])*
-        $vis static $static: $crate::module_param::ModuleParam<$ty> =
-            $crate::module_param::ModuleParam::new($default);
+        $vis static $static: $ty = <$ty>::new($default);
 
         const _: () = {
             // Loadable modules name their parameters plainly, built-in code prefixes them.

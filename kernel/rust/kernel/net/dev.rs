@@ -221,6 +221,14 @@ impl Setup {
         }
     }
 
+    /// How long the transmit queue may stay stopped before [`Operations::tx_timeout`] is
+    /// called (the core's default is 5 s).
+    pub fn set_watchdog_timeout(&mut self, ms: u32) {
+        let jiffies = crate::time::msecs_to_jiffies(ms);
+        // SAFETY: The device is being set up by us alone.
+        unsafe { (*self.raw()).watchdog_timeo = c_int::try_from(jiffies).unwrap_or(c_int::MAX) };
+    }
+
     /// Length of the transmit queue in packets.
     pub fn set_tx_queue_len(&mut self, len: u32) {
         // SAFETY: The device is being set up by us alone.
@@ -326,6 +334,13 @@ pub trait Operations: Sized + 'static {
         dev: &NetDevice,
         data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
     ) -> TxResult;
+
+    /// The transmit queue has stayed stopped longer than the watchdog allows
+    /// ([`Setup::set_watchdog_timeout`]): a send is stuck. Called from the watchdog timer
+    /// (atomic context); recovery belongs in process context.
+    fn tx_timeout(_dev: &NetDevice, _data: <Self::Data as ForeignOwnable>::Borrowed<'_>) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
 
     /// Checks a new MTU (already within the device's range); the core sets it on `Ok`.
     fn change_mtu(
@@ -543,6 +558,11 @@ impl<T: Operations> Adapter<T> {
         } else {
             None
         },
+        ndo_tx_timeout: if T::HAS_TX_TIMEOUT {
+            Some(Self::tx_timeout_callback)
+        } else {
+            None
+        },
         // SAFETY: The other members are optional callbacks and integers; zero is `None`/0.
         ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
     };
@@ -736,6 +756,18 @@ impl<T: Operations> Adapter<T> {
         let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
         let mc = McAddrs { dev: ndev };
         T::set_rx_mode(ndev, data, &mc);
+    }
+
+    /// # Safety
+    ///
+    /// As for `open_callback`; called from the watchdog timer.
+    unsafe extern "C" fn tx_timeout_callback(
+        dev: *mut bindings::net_device,
+        _txqueue: crate::ffi::c_uint,
+    ) {
+        // SAFETY: The core passes a valid registered device of ours.
+        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+        T::tx_timeout(ndev, data);
     }
 
     /// # Safety

@@ -17,7 +17,7 @@ if ! modinfo "$MODULE" >/dev/null 2>&1; then
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 16
+ktap_set_plan 17
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -118,6 +118,17 @@ ipoib_check "refused: a child of a child, of lo, P_Key 0x8000, umcast 1; ip link
 
 ipoib_check "ip link del $ib_a.k2" eval "ip link del $ib_a.k2 && ! ip link show $ib_a.k2 2>/dev/null"
 
+param() { echo "/sys/module/$MODULE/parameters/$1"; }
+debug_params() {
+	local p
+	for p in debug_level mcast_debug_level; do
+		[ "$(stat -c %a "$(param $p)")" = 644 ] && [ "$(cat "$(param $p)")" = 0 ] &&
+			refused "$(param $p)" verbose "Invalid argument" && write "$(param $p)" 1 &&
+			[ "$(cat "$(param $p)")" = 1 ] || return 1
+	done
+}
+ipoib_check "debug_level and mcast_debug_level: 0644, 0 by default, set to 1 (text refused)" debug_params
+
 # Traffic between a child of each interface, the second one in another namespace.
 kid_a=$ib_a.k1 kid_b=$ib_b.k1
 kids_up() {
@@ -146,16 +157,29 @@ connected_ping() {
 	echo "RC queue pairs: $before -> $(rc_qp_count), fragments made: $((frags)) -> $(frag_creates)"
 	[ "$(rc_qp_count)" -gt "$before" ] && [ "$(frag_creates)" = "$frags" ] &&
 		[ "$(ethtool_stat "$kid_a" cm_tx_connections)" = 1 ] &&
-		grep -q "tx" "/sys/kernel/debug/ipoib/${kid_a}_cm"
+		grep -q "tx" "/sys/kernel/debug/ipoib/${kid_a}_cm" || return 1
+	# debug_level and mcast_debug_level are 1: the connections and joins were logged.
+	klog_since | grep -E "connected to|accepted on QPN|joined multicast group" | head -n 6
+	klog_since | grep -q "connected to .* (QPN 0x" && klog_since | grep -q "accepted on QPN 0x" &&
+		klog_since | grep -q "joined multicast group ff12:601b:ffff"
 }
 ipoib_check "connected mode, MTU 65520: 60000-byte pings unfragmented, over a connection" connected_ping
 
 parent_unharmed() {
+	write "$(param debug_level)" 0 && write "$(param mcast_debug_level)" 0 || return 1
+	local mark=$KLOG_MARK
+	klog_mark
 	ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up &&
 		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" && ip -n "$NS" link set "$ib_b" up &&
-		wait_for 30 ping -c 1 -W 1 198.51.100.2 && ping -c 2 -W 2 203.0.113.2
+		wait_for 30 ping -c 1 -W 1 198.51.100.2 && ping -c 2 -W 2 203.0.113.2 || return 1
+	# A new connection between the parents, not logged now that debug_level is 0.
+	! klog_since | grep -E "connected to|accepted on QPN|multicast group"
+	local quiet=$?
+	KLOG_MARK=$mark
+	return $quiet
 }
-ipoib_check "the parents carry their own traffic beside their children's" parent_unharmed
+ipoib_check "the parents carry their own traffic beside their children's (debug logging off: quiet)" \
+	parent_unharmed
 
 unload() {
 	write "$(sys "$ib_a" create_child)" 0x0002 && ip link show "$ib_a.0002" >/dev/null || return 1

@@ -1,0 +1,136 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Peer loss and queue pressure on one host, in connected mode. The interface of rxe0 talks
+# to the one of rxe1 (in namespace A) and to a child of its own (in namespace B, reached
+# through rxe0 itself, so never over the wire). Then:
+# - the peer's RDMA device is deleted mid-stream: our connections to it are reaped, and
+#   traffic resumes once the device is back;
+# - the peer goes silent (its Ethernet link changes its MAC address, so every RoCE packet
+#   sent to it is lost, without any send failing on either side) under a UDP flood: the
+#   sends to it stall, the transmit queue stops, the watchdog fires and the stalled
+#   connection is closed, so the child stays reachable; when the peer comes back, traffic
+#   to it resumes.
+. "$(dirname "$0")/lib.sh"
+
+NS_PEER=ipoibpeer NS_KID=ipoibkid
+PEER=198.51.100.2 KID=198.51.100.3
+
+ktap_print_header
+if ! modinfo "$MODULE" >/dev/null 2>&1; then
+	ktap_skip_all "module $MODULE not installed"
+	exit "$KSFT_SKIP"
+fi
+one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
+module_loaded && rmmod "$MODULE"
+ktap_set_plan 8
+klog_mark
+start_mark=$KLOG_MARK
+
+ipoib_check "modprobe $MODULE" modprobe "$MODULE"
+if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
+ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
+kid=$ib_a.kid
+
+# peer_in_namespace IF: moves IF (rxe1's interface) into the peer's namespace and up.
+peer_in_namespace() {
+	ip link set "$1" netns "$NS_PEER" && ip -n "$NS_PEER" addr add "$PEER/24" dev "$1" &&
+		ip -n "$NS_PEER" link set "$1" up
+}
+setup() {
+	[ -n "$ib_a" ] && [ -n "$ib_b" ] || { echo "interfaces not found: '$ib_a' '$ib_b'"; return 1; }
+	ip netns add "$NS_PEER" && ip netns add "$NS_KID" && peer_in_namespace "$ib_b" &&
+		ip link add link "$ib_a" name "$kid" type ipoib && ip link set "$kid" netns "$NS_KID" &&
+		ip -n "$NS_KID" addr add "$KID/24" dev "$kid" && ip -n "$NS_KID" link set "$kid" up &&
+		ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up || return 1
+	wait_for 30 ping -c 1 -W 1 "$PEER" && ping -c 2 -W 2 "$KID" || return 1
+	echo "transmit connections: $(ethtool_stat "$ib_a" cm_tx_connections)"
+	[ "$(ethtool_stat "$ib_a" cm_tx_connections)" = 2 ]
+}
+ipoib_check "connected mode to the peer ($NS_PEER) and to a child ($NS_KID, through rxe0 itself)" setup
+
+# flood SECONDS: UDP datagrams of 1000 bytes to the peer's discard port, as fast as they go.
+flood() {
+	timeout "$1" bash -c "exec 3>/dev/udp/$PEER/9; while :; do printf '%1000s' x >&3 2>/dev/null; done"
+}
+# live_to_peer ADDR: lines of our connections to and from the interface of address ADDR
+# that are still up (the flood keeps trying new ones, which never come up).
+live_to_peer() {
+	local cm=/sys/kernel/debug/ipoib/${ib_a}_cm qpn=0x${1:3:8}
+	qpn=${qpn//:/}
+	grep -E "tx peer $1 state Live|rx .*peer-ud-qpn $qpn state live" "$cm"
+}
+device_gone() {
+	local start flooder addr
+	addr=$(ip -n "$NS_PEER" -br link show "$ib_b" | awk '{ print $3 }')
+	wait_for 10 eval '[ "$(live_to_peer "$addr" | wc -l)" = 2 ]' || { cat "/sys/kernel/debug/ipoib/${ib_a}_cm"; return 1; }
+	live_to_peer "$addr"
+	flood 30 &
+	flooder=$!
+	sleep 1
+	start=$(date +%s)
+	rdma link del rxe1 || return 1
+	wait_for 20 eval '! live_to_peer "$addr" >/dev/null'
+	local reaped=$?
+	echo "after $(($(date +%s) - start)) s:"
+	cat "/sys/kernel/debug/ipoib/${ib_a}_cm"
+	kill "$flooder" 2>/dev/null
+	wait "$flooder" 2>/dev/null
+	[ "$reaped" = 0 ] && ping -c 2 -W 2 "$KID"
+}
+ipoib_check "the peer's RDMA device deleted mid-flood: our connections to it reaped within 20 s" device_gone
+
+peer_device_back() {
+	local ib start
+	klog_mark
+	rxe_add rxe1 veth1 || return 1
+	wait_for 10 eval '[ -n "$(if_of rxe1)" ]' || return 1
+	ib=$(if_of rxe1)
+	peer_in_namespace "$ib" || return 1
+	start=$(date +%s)
+	wait_for 60 ping -c 1 -W 1 "$PEER" || return 1
+	echo "$ib (new) answers after $(($(date +%s) - start)) s"
+	ping -c 2 -W 2 -s 2000 "$PEER"
+}
+ipoib_check "rxe1 back: a new interface there, and traffic to it resumes" peer_device_back
+
+PEER_MAC=$(cat /sys/class/net/veth1/address)
+silent_peer() {
+	local start flooder
+	ip link set veth1 address 02:00:00:00:00:99 || return 1
+	start=$(date +%s)
+	flood 20 &
+	flooder=$!
+	wait_for 15 eval '[ "$(ethtool_stat "$ib_a" tx_timeouts)" -ge 1 ]'
+	local fired=$?
+	echo "after $(($(date +%s) - start)) s: tx_timeouts $(ethtool_stat "$ib_a" tx_timeouts)," \
+		"cm_tx_stalled $(ethtool_stat "$ib_a" cm_tx_stalled), queue_stopped $(ethtool_stat "$ib_a" queue_stopped)"
+	# The flood goes on: the child must still be reachable.
+	local reachable=1
+	[ "$fired" = 0 ] && ping -c 3 -W 2 "$KID" && reachable=0
+	kill "$flooder" 2>/dev/null
+	wait "$flooder" 2>/dev/null
+	[ "$fired" = 0 ] && [ "$reachable" = 0 ] && [ "$(ethtool_stat "$ib_a" cm_tx_stalled)" -ge 1 ] &&
+		klog_since | grep -q "$ib_a: transmit timeout: queue stopped with" &&
+		klog_since | grep -q "connection to .* stalled with [0-9]* sends in flight; closed"
+}
+ipoib_check "peer silent under a UDP flood: transmit timeout, stalled connection closed, child still reachable" \
+	silent_peer
+
+peer_back() {
+	ip link set veth1 address "$PEER_MAC" || return 1
+	# The RDMA core does not give rxe1 back its default GID after the change of address
+	# (the GID cache refuses it, ENOSPC): the device has to be added again.
+	rdma link del rxe1 && peer_device_back
+}
+ipoib_check "the peer back (its device added again): traffic to it resumes" peer_back
+
+ipoib_check "the child and the parent still talk" ip netns exec "$NS_KID" ping -c 2 -W 2 198.51.100.1
+
+unload() {
+	rmmod "$MODULE" && ! module_loaded && ! ip -n "$NS_KID" link show "$kid" 2>/dev/null
+}
+KLOG_MARK=$start_mark
+ipoib_check "rmmod, kernel log clean" eval 'unload && klog_clean_since'
+ip netns del "$NS_PEER" 2>/dev/null
+ip netns del "$NS_KID" 2>/dev/null
+ktap_finished
