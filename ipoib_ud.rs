@@ -143,6 +143,9 @@ pub(crate) struct UdPort {
     cm: Option<Arc<CmPort>>,
     /// Whether unicast to peers that offer connected mode goes over connections.
     connected: AtomicBool,
+    /// `umcast`: groups user space joined through the subnet administrator are left to
+    /// it. Without one (RoCE) there are none, so the setting changes nothing there.
+    umcast: AtomicBool,
     /// Packets waiting for an address handle, with their destination GID. Address handles
     /// are made in process context (providers such as rxe may not make them in softirq
     /// context); NAPI sends the packets once the handle exists.
@@ -383,6 +386,7 @@ impl UdPort {
                 scatter_gather: max_send_sge > 1,
                 counters,
                 connected: AtomicBool::new(cm.is_some() && params::CONNECTED_MODE.get()),
+                umcast: AtomicBool::new(false),
                 cm,
                 active: AtomicBool::new(facts.active),
                 pending <- new_spinlock_bh!(pending, "UdPort::pending"),
@@ -1056,6 +1060,16 @@ impl UdPort {
         let mut fw = [0u8; FW_VERSION_LEN];
         info.set_fw_version(self.device.fw_version(&mut fw));
         info.set_bus_info(self.device.name().as_bytes());
+    }
+
+    /// The `umcast` setting.
+    pub(crate) fn umcast(&self) -> bool {
+        self.umcast.load(Ordering::Relaxed)
+    }
+
+    /// Changes the `umcast` setting; returns whether it changed.
+    pub(crate) fn set_umcast(&self, on: bool) -> bool {
+        self.umcast.swap(on, Ordering::Relaxed) != on
     }
 
     /// Whether unicast to peers that offer it goes over connections.

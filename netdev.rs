@@ -36,8 +36,8 @@ pub(crate) const MIN_MTU: u32 = 68;
 const ATTR_MODE: usize = 0;
 /// `/sys/class/net/ibN/pkey`: the partition key, read-only.
 const ATTR_PKEY: usize = 1;
-/// `umcast`: whether multicast sends to groups not joined are allowed in full, which only
-/// changes joins through an InfiniBand subnet administrator: 0 here.
+/// `umcast`: whether multicast groups user space joined itself are left to it (C's
+/// "user multicast"), 0 or 1.
 const ATTR_UMCAST: usize = 2;
 /// `create_child` (a port's own interface): a P_Key written makes a child interface.
 const ATTR_CREATE_CHILD: usize = 3;
@@ -65,15 +65,20 @@ fn parse_mode(input: &[u8]) -> Option<bool> {
     }
 }
 
-/// What `umcast` takes: only 0, since the setting has no meaning without an InfiniBand
-/// subnet administrator.
-fn check_umcast(dev: &NetDevice, value: u32) -> Result {
-    if value != 0 {
+/// Applies `umcast` 0 or 1 (`EINVAL` otherwise).
+fn set_umcast(dev: &NetDevice, port: &UdPort, value: u32) -> Result {
+    let on = match value {
+        0 => false,
+        1 => true,
+        _ => return Err(EINVAL),
+    };
+    if port.set_umcast(on) && on {
+        // Such groups are those joined through an InfiniBand subnet administrator, which
+        // RoCE ports do not have: say that nothing changes there.
         pr_info!(
-            "{}: umcast only changes InfiniBand multicast joins; not supported on RoCE\n",
+            "{}: umcast on: groups user space joins through the subnet administrator are left to it (none on RoCE)\n",
             dev.name()
         );
-        return Err(EINVAL);
     }
     Ok(())
 }
@@ -250,7 +255,7 @@ impl Operations for IpoibNetdev {
                 writeln!(text, "{mode}")
             }
             ATTR_PKEY => writeln!(text, "0x{:04x}", port.pkey()),
-            ATTR_UMCAST => writeln!(text, "0"),
+            ATTR_UMCAST => writeln!(text, "{}", u8::from(port.umcast())),
             ATTR_PARENT => {
                 let parent = port.parent().ok_or(EINVAL)?;
                 writeln!(text, "{}", parent.name())
@@ -277,7 +282,7 @@ impl Operations for IpoibNetdev {
                 };
                 port.set_mode(dev, &rtnl, connected)
             }
-            ATTR_UMCAST => check_umcast(dev, parse_pkey(input).ok_or(EINVAL)?),
+            ATTR_UMCAST => set_umcast(dev, &port, parse_pkey(input).ok_or(EINVAL)?),
             ATTR_CREATE_CHILD | ATTR_DELETE_CHILD => {
                 let creating = index == ATTR_CREATE_CHILD;
                 let pkey = parse_pkey(input)
@@ -307,7 +312,7 @@ impl Operations for IpoibNetdev {
         attrs: &LinkAttributes<'_>,
     ) -> Result {
         if let Some(umcast) = attrs.u16(IFLA_IPOIB_UMCAST)? {
-            check_umcast(dev, u32::from(umcast))?;
+            set_umcast(dev, &port, u32::from(umcast))?;
         }
         // The P_Key of an interface is fixed; the C driver ignores it here too.
         match attrs.u16(IFLA_IPOIB_MODE)? {
@@ -333,7 +338,7 @@ impl Operations for IpoibNetdev {
         };
         info.put_u16(IFLA_IPOIB_PKEY, port.pkey())?;
         info.put_u16(IFLA_IPOIB_MODE, mode)?;
-        info.put_u16(IFLA_IPOIB_UMCAST, 0)
+        info.put_u16(IFLA_IPOIB_UMCAST, u16::from(port.umcast()))
     }
 
     fn new_link(

@@ -5,6 +5,10 @@
 //! (RFC 4755 service ID), then sends messages no IPoIB peer sends: shorter than the
 //! encapsulation header, of an ethertype IPoIB does not carry, noise as IPv4, and one larger
 //! than the receive buffers the interface posted. The script checks what ib_ipoib counted.
+//!
+//! With `ipoib_peers=N` it is a crowd instead: N connections to the interface, one message
+//! of an ethertype IPoIB does not carry on each (counted as a drop), all kept until the
+//! module is unloaded, for the script to measure what they cost.
 
 use super::{ipv4_gid, wait, Endpoint, Report, Waiter, F_BAD, F_REJ, F_REP, OWNER, PORT};
 use core::sync::atomic::Ordering;
@@ -192,4 +196,40 @@ pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
     drop(id);
     report.check("intruder: connection torn down", Ok(()));
     Ok(())
+}
+
+/// Connections kept open until the module goes; the connections go before their endpoint.
+pub(crate) struct Crowd {
+    connections: KVec<(CmId<Intruder>, Arc<Intruder>)>,
+    _endpoint: Endpoint,
+}
+
+/// Opens `n` connections from rxe0 to the interface with UD QPN `qpn` on rxe1, with one
+/// message on each.
+pub(crate) fn crowd(report: &mut Report, qpn: u32, n: u32) -> Result<Crowd> {
+    let a = Endpoint::new(c_str!("rxe0"), [192, 0, 2, 1])?;
+    let mut connections = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+    let mut sent = 0u32;
+    for _ in 0..n {
+        let (id, end, outcome) = connect(&a, QpType::Rc, 65524, qpn)?;
+        outcome?;
+        expect_success(send(&a, &end.qp, &[0x12, 0x34, 0, 0, 1, 2, 3, 4]))?;
+        sent += 1;
+        connections.push((id, end), GFP_KERNEL)?;
+    }
+    report.check(
+        "crowd: every connection accepted and carrying a message",
+        if sent == n { Ok(()) } else { Err(EIO) },
+    );
+    pr_info!("# crowd: {} connections open\n", connections.len());
+    Ok(Crowd {
+        connections,
+        _endpoint: a,
+    })
+}
+
+impl Drop for Crowd {
+    fn drop(&mut self) {
+        pr_info!("# crowd: closing {} connections\n", self.connections.len());
+    }
 }

@@ -49,6 +49,16 @@ kernel::module_param!(
     "Run only the hostile connected-mode peer against the ib_ipoib interface of this UD QPN on rxe1"
 );
 
+kernel::module_param!(
+    /// With `ipoib_qpn`: how many connections to open and keep instead of the attack.
+    IPOIB_PEERS,
+    "rdma_rs_selftest",
+    "ipoib_peers",
+    u32,
+    0,
+    "With ipoib_qpn: open this many connections to the interface, one message on each, kept until unloaded"
+);
+
 const OWNER: &CStr = c_str!("rdma_rs_selftest");
 const PORT: u32 = 1;
 const QKEY: u32 = 0x0b1b;
@@ -695,20 +705,37 @@ fn run(report: &mut Report) -> Result {
     Ok(())
 }
 
-struct VerbsSelftest;
+struct VerbsSelftest {
+    _crowd: Option<ipoib_intruder::Crowd>,
+}
 
 impl kernel::Module for VerbsSelftest {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         pr_info!("TAP version 13\n");
         let mut report = Report { n: 0, failed: 0 };
         let qpn = IPOIB_QPN.get();
-        if qpn != 0 {
+        let peers = IPOIB_PEERS.get();
+        let mut crowd = None;
+        if qpn != 0 && peers != 0 {
+            match ipoib_intruder::crowd(&mut report, qpn, peers) {
+                Ok(c) => crowd = Some(c),
+                Err(e) => {
+                    pr_info!("# crowd stopped early: {:?}\n", e);
+                    report.check(
+                        "crowd: every connection accepted and carrying a message",
+                        Err(e),
+                    );
+                }
+            }
+        } else if qpn != 0 {
             if let Err(e) = ipoib_intruder::run(&mut report, qpn) {
                 pr_info!("# intruder stopped early: {:?}\n", e);
             }
+        }
+        if qpn != 0 {
             pr_info!("1..{}\n", report.n);
             pr_info!("# {} failed\n", report.failed);
-            return Ok(Self);
+            return Ok(Self { _crowd: crowd });
         }
         if let Err(e) = run(&mut report) {
             pr_info!("# stopped early: {:?}\n", e);
@@ -719,6 +746,6 @@ impl kernel::Module for VerbsSelftest {
         }
         pr_info!("1..{}\n", report.n);
         pr_info!("# {} failed\n", report.failed);
-        Ok(Self)
+        Ok(Self { _crowd: None })
     }
 }

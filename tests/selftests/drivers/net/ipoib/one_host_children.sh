@@ -42,10 +42,12 @@ parent_files() {
 		[ ! -e "$(sys "$ib_a" parent)" ] &&
 		[ "$(cat "$(sys "$ib_a" pkey)")" = 0xffff ] &&
 		[ "$(cat "$(sys "$ib_a" umcast)")" = 0 ] &&
-		write "$(sys "$ib_a" umcast)" 0 &&
-		refused "$(sys "$ib_a" umcast)" 1 "Invalid argument"
+		write "$(sys "$ib_a" umcast)" 1 && [ "$(cat "$(sys "$ib_a" umcast)")" = 1 ] &&
+		ip -d link show "$ib_a" | grep -Eq "umcast +0001" &&
+		refused "$(sys "$ib_a" umcast)" 2 "Invalid argument" &&
+		write "$(sys "$ib_a" umcast)" 0 && [ "$(cat "$(sys "$ib_a" umcast)")" = 0 ]
 }
-ipoib_check "$ib_a: create_child and delete_child (write-only), pkey 0xffff, umcast 0 (1 refused)" \
+ipoib_check "$ib_a: create_child and delete_child (write-only), pkey 0xffff, umcast 0, 1 (shown by ip -d), not 2" \
 	parent_files
 
 kid=$ib_a.8001
@@ -107,13 +109,14 @@ rtnl_refusals() {
 	echo "$out" | grep -q "No such device" || return 1
 	out=$(ip link add link "$ib_a" name "$ib_a.k4" type ipoib pkey 0x8000 2>&1) && return 1
 	echo "P_Key 0x8000: $out"
-	out=$(ip link add link "$ib_a" name "$ib_a.k5" type ipoib umcast 1 2>&1) && return 1
-	echo "umcast 1: $out"
+	# Made, then refused its settings: deleted again.
+	out=$(ip link add link "$ib_a" name "$ib_a.k5" type ipoib umcast 2 2>&1) && return 1
+	echo "umcast 2: $out"
 	! ip link show "$ib_a.k5" 2>/dev/null || return 1
 	ip link del "$ib_a" && ip link show "$ib_a" >/dev/null &&
 		klog_since | grep -q "$ib_a: not deleted"
 }
-ipoib_check "refused: a child of a child, of lo, P_Key 0x8000, umcast 1; ip link del of the parent leaves it" \
+ipoib_check "refused: a child of a child, of lo, P_Key 0x8000, umcast 2; ip link del of the parent leaves it" \
 	rtnl_refusals
 
 ipoib_check "ip link del $ib_a.k2" eval "ip link del $ib_a.k2 && ! ip link show $ib_a.k2 2>/dev/null"

@@ -44,7 +44,8 @@ ip_link_mode() {
 		[ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] || return 1
 	ip -d link show ib0
 	ip -d link show ib0 | grep -q "ipoib pkey 0xffff mode connected" &&
-		! ip link set ib0 type ipoib umcast 1 2>/dev/null || return 1
+		ip link set ib0 type ipoib umcast 1 && ip -d link show ib0 | grep -Eq "umcast +0001" &&
+		[ "$(cat /sys/class/net/ib0/umcast)" = 1 ] && ip link set ib0 type ipoib umcast 0 || return 1
 	# As in the C driver, deleting a port's own interface does nothing (and says so).
 	ip link del ib0 2>/dev/null
 	ip link show ib0 >/dev/null
