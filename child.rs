@@ -133,7 +133,9 @@ impl Children {
             }
         }
         let napi = NapiHandle::new()?;
-        let datapath = UdPort::new_child(port, parent, full, &napi)?;
+        let datapath = UdPort::new_child(port, parent, full, &napi).inspect_err(|e| {
+            pr_info!("{name}: no child in partition 0x{full:04x} ({e:?})\n");
+        })?;
         let hw_addr = datapath.local;
         let configure = crate::netdev::configure(&datapath);
         let maker = children.maker.as_ref().ok_or(EINVAL)?;

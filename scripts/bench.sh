@@ -6,12 +6,48 @@
 # ratios to raw RC bandwidth, and writes bench/results/latest.json (every figure with its
 # unit) and bench/results/latest.png (a chart, when gnuplot is installed).
 # Usage: scripts/bench.sh [--from LOGDIR]   (--from: summarise an earlier run's logs again)
+#        scripts/bench.sh --scaling [--from LOGDIR]
+# --scaling: one guest, TCP streams from 1, 8 and 64 connected-mode peers at once into one
+# interface (one_host_scaling_bench.sh): total throughput and kernel memory per peer count,
+# written to bench/results/scaling.json.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 runs=${IPOIB_RS_BENCH_RUNS:-3}
 dest=$REPO/bench/results
 rc=0
+
+if [ "${1:-}" = --scaling ]; then
+	if [ "${2:-}" = --from ]; then
+		logs=${3:?usage: bench.sh --scaling --from LOGDIR}
+	else
+		"$REPO/scripts/setup.sh"
+		"$REPO/scripts/build.sh"
+		"$REPO/scripts/initramfs.sh"
+		run=$(date +%Y%m%d-%H%M%S)-scaling
+		IPOIB_RS_RUN=$run IPOIB_RS_VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-1800} \
+			"$REPO/scripts/vm.sh" one-host one_host_scaling_bench.sh || rc=$?
+		logs=$OUT/logs/$run
+	fi
+	lines=$(grep -a '^# # SCALE ' "$logs/host0.results" | sed 's/^# # //' || true)
+	[ -n "$lines" ] || die "no figures in $logs/host0.results"
+	mkdir -p "$dest"
+	echo "$lines" | awk -v json="$dest/scaling.json" -v when="$(date -u +%FT%TZ)" '
+	BEGIN { printf "%6s %14s %14s %16s\n", "peers", "Mbit/s total", "memory KiB", "KiB per peer" }
+	{
+		n[++k] = $2; bw[k] = $3; mem[k] = $4
+		printf "%6d %14.2f %14d %16.1f\n", $2, $3, $4, $4 / $2
+	}
+	END {
+		printf "{\n  \"date\": \"%s\",\n  \"figures\": [\n", when > json
+		for (i = 1; i <= k; i++)
+			printf "    {\"peers\": %d, \"throughput_mbit_s\": %.3f, \"kernel_memory_kib\": %d, \"kernel_memory_kib_per_peer\": %.1f}%s\n", n[i], bw[i], mem[i], mem[i] / n[i], i < k ? "," : "" > json
+		printf "  ]\n}\n" > json
+	}'
+	echo "wrote $dest/scaling.json"
+	echo "logs: $logs"
+	exit $rc
+fi
 if [ "${1:-}" = --from ]; then
 	logs=${2:?usage: bench.sh --from LOGDIR}
 else

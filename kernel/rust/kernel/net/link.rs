@@ -199,13 +199,6 @@ pub struct NewLink<'a, T: Operations> {
 }
 
 impl<T: Operations> NewLink<'_, T> {
-    /// The name the device will have (`ip link add ... name NAME`, or a pattern such as
-    /// `ipoib%d` when none was given).
-    pub fn name(&self) -> &CStr {
-        // SAFETY: The core's device is valid for the callback; its name is set.
-        unsafe { NetDevice::from_raw(self.dev) }.name()
-    }
-
     /// Registers the device with `data`; the other arguments are those of
     /// [`super::dev::Registration::new`].
     pub fn register(
