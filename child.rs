@@ -115,9 +115,12 @@ impl Children {
         let full = pkey | PKEY_FULL_MEMBER;
         {
             let mut list = children.list.lock();
-            if list.closed {
+            if children.maker.is_none() {
                 pr_info!("{name}: a child interface cannot have children\n");
                 return Err(EINVAL);
+            }
+            if list.closed {
+                return Err(ENODEV);
             }
             // `delete_child` names children by P_Key: those it can delete must be unique,
             // and differ from the parent's (compared as written, as the C driver does).
@@ -139,14 +142,14 @@ impl Children {
         let hw_addr = datapath.local;
         let configure = crate::netdev::configure(&datapath);
         let maker = children.maker.as_ref().ok_or(EINVAL)?;
-        let dev = match request {
+        let registered = match request {
             Request::Link(link) => link.register(
                 rtnl,
                 hw_addr.as_bytes(),
                 datapath.clone(),
                 Some(&napi),
                 configure,
-            )?,
+            ),
             Request::Legacy { written } => {
                 let child_name = CString::try_from_fmt(kernel::fmt!(
                     "{}.{:04x}",
@@ -160,9 +163,12 @@ impl Children {
                     datapath.clone(),
                     Some(&napi),
                     configure,
-                )?
+                )
             }
         };
+        let dev = registered.inspect_err(|e| {
+            pr_info!("{name}: child in partition 0x{full:04x} not registered ({e:?})\n");
+        })?;
         pr_info!(
             "{}: child of {} in partition 0x{:04x}, address {}\n",
             dev.device().name(),
@@ -185,6 +191,14 @@ impl Children {
             _debug: debug,
         };
         let mut list = children.list.lock();
+        if list.closed {
+            // The parent started going meanwhile (its removal takes no RTNL to close the
+            // list): the new child goes too, or it would hold the parent for ever.
+            drop(list);
+            pr_info!("{}: parent going, deleted\n", child.device().name());
+            child.dev.delete(rtnl);
+            return Err(ENODEV);
+        }
         match list.entries.iter_mut().find(|slot| slot.is_none()) {
             Some(slot) => *slot = Some(child),
             // Room was made above, and only RTNL holders add: this does not allocate.
