@@ -7,7 +7,11 @@
 # log stays clean, the module unloads, and afterwards both interfaces work. Then, under
 # traffic both ways in connected mode, one atomic allocation in twenty fails anywhere for 10 s
 # (receive refills from NAPI, connections and neighbours made on the transmit path), and a
-# mode switch makes new connections meanwhile: the interfaces recover once it stops.
+# mode switch makes new connections meanwhile: the interfaces recover once it stops. And
+# while both sides make connections anew, allocations of any kind fail at random, but only
+# those made under the module's own code (failslab's stack-trace filter; rxe's paths
+# excluded, whose failures print allocation reports): the set-up work's queue pairs,
+# CQs and CM identifiers, the CM handlers' connections. Same outcome required.
 . "$(dirname "$0")/lib.sh"
 
 FS=/sys/kernel/debug/failslab
@@ -26,7 +30,7 @@ if [ ! -d "$FS" ] || [ ! -e /proc/self/fail-nth ]; then
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 8
+ktap_set_plan 9
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -162,6 +166,58 @@ atomic_storm() {
 	[ "$injected" -gt 0 ] && recovered && ping -c 2 -W 2 -s 8000 198.51.100.2
 }
 
+# ours_storm: allocations under our module's code fail at random (one in five, 100 in all)
+# while both sides switch modes and reconnect.
+ours_storm() {
+	local times=100 injected i start size lo hi
+	start=$(cat /sys/module/$MODULE/sections/.text) &&
+		size=$(awk -v m=$MODULE '$1 == m { print $2 }' /proc/modules) || return 1
+	# rxe is built in: its functions are one contiguous run of kernel text.
+	lo=$(grep -E ' [tT] rxe_' /proc/kallsyms | sort | head -n 1 | cut -d' ' -f1)
+	hi=$(grep -E ' [tT] rxe_' /proc/kallsyms | sort | tail -n 1 | cut -d' ' -f1)
+	[ -n "$lo" ] && [ -n "$hi" ] && [ -n "$size" ] || { echo "no symbols to filter on"; return 1; }
+	echo connected >/sys/class/net/$ib_a/mode &&
+		ip netns exec "$NS" sh -c "echo connected >/sys/class/net/$ib_b/mode" &&
+		wait_for 30 ping -c 1 -W 1 198.51.100.2 || return 1
+	klog_mark
+	echo "$start" >$FS/require-start
+	printf '0x%x\n' $((start + size)) >$FS/require-end
+	echo "0x$lo" >$FS/reject-start
+	printf '0x%x\n' $((0x$hi + 4096)) >$FS/reject-end
+	echo 32 >$FS/stacktrace-depth
+	echo N >$FS/task-filter
+	echo N >$FS/ignore-gfp-wait
+	echo 1 >$FS/interval
+	echo $times >$FS/times
+	echo 20 >$FS/probability
+	# Every switch closes the connections of that side; the pings make new ones. Commands
+	# may fail here: only the outcome afterwards counts.
+	for i in $(seq 1 10); do
+		ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$ib_b/mode; echo connected >/sys/class/net/$ib_b/mode" 2>/dev/null
+		echo datagram >/sys/class/net/$ib_a/mode 2>/dev/null
+		echo connected >/sys/class/net/$ib_a/mode 2>/dev/null
+		ping -c 2 -W 1 198.51.100.2 >/dev/null 2>&1
+		[ "$(cat $FS/times)" -gt 0 ] || break
+	done
+	echo 0 >$FS/probability
+	injected=$((times - $(cat $FS/times)))
+	echo 0 >$FS/times
+	echo 0 >$FS/require-start
+	echo 0xffffffffffffffff >$FS/require-end
+	echo 0 >$FS/reject-start
+	echo 0 >$FS/reject-end
+	echo Y >$FS/task-filter
+	echo "$injected allocations under $MODULE failed; $ib_a: connections made" \
+		"$(ethtool_stat "$ib_a" cm_tx_established), failed $(ethtool_stat "$ib_a" cm_tx_failed)"
+	[ "$injected" -gt 0 ] && recovered
+}
+if [ -e $FS/require-start ]; then
+	ipoib_check "allocations under $MODULE's code failing at random while connections are made anew: recovers" \
+		ours_storm
+else
+	ipoib_skip "allocations under $MODULE's code failing while connections are made anew" \
+		"no stack-trace filter (CONFIG_FAULT_INJECTION_STACKTRACE_FILTER)"
+fi
 ipoib_check "one atomic allocation in twenty failing for 10 s under traffic both ways and a mode switch: recovers" \
 	atomic_storm
 ip netns del "$NS" 2>/dev/null
