@@ -53,7 +53,8 @@ pub(crate) struct RxConnection {
     pub(crate) drain: Arc<RxDrain>,
     /// Closed or failed: the work item destroys it once drained.
     dead: AtomicBool,
-    /// When it was closed (ms, monotonic).
+    /// When it was closed (ms, monotonic; 0 while open). Set before `dead`, so that whoever
+    /// sees the connection dead also sees when it closed.
     closed_at: AtomicI64,
     /// The peer's queue pair of the connection, and its UD queue pair (from the REQ).
     pub(crate) peer_qpn: u32,
@@ -64,8 +65,16 @@ impl RxConnection {
     /// Stops the connection: its queue pair goes to the error state, which makes the device
     /// report the last buffer it takes from the shared queue; the work item destroys it then.
     pub(crate) fn close(&self) {
+        // The first close keeps its time. Stored before `dead`: the work item, finding the
+        // connection dead with the time still unset, would take it for long closed and
+        // destroy it before its queue pair drained.
+        let _ = self.closed_at.compare_exchange(
+            0,
+            now_ms().max(1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         if !self.dead.swap(true, Ordering::AcqRel) {
-            self.closed_at.store(now_ms(), Ordering::Release);
             // Buffers this queue pair took come back flushed.
             let _ = self.qp.set_error();
         }
