@@ -48,6 +48,24 @@ klog_since() { dmesg | tail -n +"$((KLOG_MARK + 1))"; }
 # Reports of kernel trouble; any of these in the log fails a test.
 KLOG_TROUBLE='WARNING:|BUG:|Oops|Call Trace|circular locking|possible recursive locking|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection|Kernel panic|refcount_t:|inconsistent lock state|sleeping function called from invalid context|hung_task|soft lockup|before their queue pair drained'
 klog_clean_since() { ! klog_since | grep -E "$KLOG_TROUBLE"; }
+# if_of DEV: the interface the module logged for port 1 of RDMA device DEV since the mark.
+if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
+
+# udp_flood SECONDS ADDR [NETNS]: 1000-byte UDP datagrams to ADDR's discard port, as fast
+# as they go, from namespace NETNS if given.
+udp_flood() {
+	local ns=()
+	[ -n "${3:-}" ] && ns=(ip netns exec "$3")
+	timeout "$1" "${ns[@]}" bash -c "exec 3>/dev/udp/$2/9; while :; do printf '%1000s' x >&3 2>/dev/null; done"
+}
+
+# kernel_kib: KiB of slab and vmalloc memory in use, once freed objects went back (RCU)
+# and caches were dropped: what connections and interfaces take.
+kernel_kib() {
+	sleep 1
+	echo 3 >/proc/sys/vm/drop_caches
+	awk '$1 == "Slab:" || $1 == "VmallocUsed:" { kib += $2 } END { print kib }' /proc/meminfo
+}
 
 port_state() { cat "/sys/class/infiniband/$1/ports/$2/state" 2>/dev/null; }
 port_active() { port_state "$1" "$2" | grep -q ACTIVE; }

@@ -22,7 +22,6 @@ klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "modprobe $MODULE" modprobe "$MODULE"
-if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 sys() { echo "/sys/class/net/$1/$2"; }
 # write FILE VALUE: writes VALUE to FILE, printing the error; fails as the write does.

@@ -24,25 +24,14 @@ klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "modprobe $MODULE" modprobe "$MODULE"
-if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 stat() { ethtool_stat "$ib_b" "$1"; }
-# meminfo FIELD: the field of /proc/meminfo, in KiB.
-meminfo() { awk -v f="$1:" '$1 == f { print $2 }' /proc/meminfo; }
-# used: KiB of kernel memory the connections can take (slab and vmalloc), once freed
-# objects went back (RCU) and caches were dropped.
-used() {
-	sleep 1
-	echo 3 >/proc/sys/vm/drop_caches
-	echo $(($(meminfo Slab) + $(meminfo VmallocUsed)))
-}
-
 up() {
 	[ -n "$ib_b" ] && ip addr add 198.51.100.2/24 dev "$ib_b" && ip link set "$ib_b" up
 }
 ipoib_check "$ib_b (rxe1, connected mode) up" up
 qpn=0x$(cut -d: -f2-4 "/sys/class/net/$ib_b/address" | tr -d :)
-base=$(used) base_dropped=$(stat rx_dropped)
+base=$(kernel_kib) base_dropped=$(stat rx_dropped)
 
 klog_mark
 modprobe "$SELFTEST" ipoib_qpn="$qpn" ipoib_peers="$PEERS" ||
@@ -53,7 +42,7 @@ crowd() {
 	local n during
 	wait_for 20 eval '[ "$(stat cm_rx_connections)" = "$PEERS" ]'
 	n=$(stat cm_rx_connections)
-	during=$(used)
+	during=$(kernel_kib)
 	echo "$n receive connections, $(($(stat rx_dropped) - base_dropped)) messages dropped as unknown ethertype"
 	echo "slab and vmalloc: $base -> $during KiB, $(((during - base) * 1024 / PEERS)) bytes per connection" \
 		"(both ends: the peers' queue pairs are on this host too)"
@@ -69,7 +58,7 @@ gone() {
 		echo "still $(stat cm_rx_connections) connections, $(rc_qp_count) RC queue pairs"
 		return 1
 	}
-	after=$(used)
+	after=$(kernel_kib)
 	echo "slab and vmalloc after: $after KiB (baseline $base)"
 	# What the connections took is back, but for allocator caches: within 1 MiB.
 	[ "$after" -lt $((base + 1024)) ]

@@ -78,7 +78,6 @@ loads() {
 ipoib_check "modprobe under kmalloc failures: fails cleanly or loads, unloads" loads
 
 modprobe "$MODULE" || ktap_exit_fail_msg "modprobe $MODULE failed without injection"
-if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 KLOG_MARK=$start_mark
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 [ -n "$ib_a" ] && [ -n "$ib_b" ] || ktap_exit_fail_msg "interfaces of rxe0 and rxe1 not found"
@@ -127,12 +126,6 @@ recovered() {
 	fi
 	wait_for 60 ping -c 1 -W 1 198.51.100.2 && ip netns exec "$NS" ping -c 2 -W 2 198.51.100.1
 }
-# flood SECONDS [NETNS]: UDP datagrams to the other side's discard port.
-flood() {
-	local to=198.51.100.2 ns=()
-	[ -n "${2:-}" ] && to=198.51.100.1 ns=(ip netns exec "$2")
-	timeout "$1" "${ns[@]}" bash -c "exec 3>/dev/udp/$to/9; while :; do printf '%1000s' x >&3 2>/dev/null; done"
-}
 atomic_storm() {
 	local flooders times=1000000 injected
 	if rdma res show qp lqpn 1 | grep -q "state ERR"; then
@@ -148,9 +141,9 @@ atomic_storm() {
 	echo 1 >$FS/interval
 	echo $times >$FS/times
 	echo 5 >$FS/probability
-	flood 10 &
+	udp_flood 10 198.51.100.2 &
 	flooders=$!
-	flood 10 "$NS" &
+	udp_flood 10 198.51.100.1 "$NS" &
 	flooders="$flooders $!"
 	sleep 4
 	# New connections while allocations fail: the peer drops its own and makes new ones.

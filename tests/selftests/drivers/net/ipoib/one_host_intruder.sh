@@ -23,7 +23,6 @@ klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "modprobe $MODULE" modprobe "$MODULE"
-if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 # The target stays in this namespace (ethtool and sysfs reach it); rxe0's moves.
 setup() {

@@ -23,8 +23,6 @@ gc_interval=$(sysctl -n net.ipv4.neigh.default.gc_interval)
 sysctl -qw net.ipv4.neigh.default.gc_interval=1
 
 ipoib_check "modprobe $MODULE" modprobe "$MODULE"
-# The interface names the module logged for each device.
-if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 netns_setup() {
 	[ -n "$ib_a" ] && [ -n "$ib_b" ] || { echo "interfaces not found: '$ib_a' '$ib_b'"; return 1; }

@@ -27,7 +27,6 @@ klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "modprobe $MODULE" modprobe "$MODULE"
-if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 kid=$ib_a.kid
 
@@ -48,10 +47,6 @@ setup() {
 }
 ipoib_check "connected mode to the peer ($NS_PEER) and to a child ($NS_KID, through rxe0 itself)" setup
 
-# flood SECONDS: UDP datagrams of 1000 bytes to the peer's discard port, as fast as they go.
-flood() {
-	timeout "$1" bash -c "exec 3>/dev/udp/$PEER/9; while :; do printf '%1000s' x >&3 2>/dev/null; done"
-}
 # live_to_peer ADDR: lines of our connections to and from the interface of address ADDR
 # that are still up (the flood keeps trying new ones, which never come up).
 live_to_peer() {
@@ -64,7 +59,7 @@ device_gone() {
 	addr=$(ip -n "$NS_PEER" -br link show "$ib_b" | awk '{ print $3 }')
 	wait_for 10 eval '[ "$(live_to_peer "$addr" | wc -l)" = 2 ]' || { cat "/sys/kernel/debug/ipoib/${ib_a}_cm"; return 1; }
 	live_to_peer "$addr"
-	flood 30 &
+	udp_flood 30 "$PEER" &
 	flooder=$!
 	sleep 1
 	start=$(date +%s)
@@ -98,7 +93,7 @@ silent_peer() {
 	local start flooder
 	ip link set veth1 address 02:00:00:00:00:99 || return 1
 	start=$(date +%s)
-	flood 20 &
+	udp_flood 20 "$PEER" &
 	flooder=$!
 	wait_for 15 eval '[ "$(ethtool_stat "$ib_a" tx_timeouts)" -ge 1 ]'
 	local fired=$?

@@ -32,14 +32,7 @@ klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "modprobe $MODULE recv_queue_size=32" modprobe "$MODULE" recv_queue_size=32
-if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
-meminfo() { awk -v f="$1:" '$1 == f { print $2 }' /proc/meminfo; }
-kernel_kib() {
-	sleep 1
-	echo 3 >/proc/sys/vm/drop_caches
-	echo $(($(meminfo Slab) + $(meminfo VmallocUsed)))
-}
 
 peers() {
 	local i
