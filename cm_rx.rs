@@ -103,7 +103,10 @@ impl Handler for RxConnection {
             | Event::Timeout
             | Event::DrepReceived
             | Event::TimewaitExit => self.close(),
-            Event::RtuReceived | Event::RepReceived { .. } | Event::Other(_) => {}
+            Event::RtuReceived
+            | Event::RepReceived { .. }
+            | Event::MraReceived { .. }
+            | Event::Other(_) => {}
         }
     }
 }

@@ -500,7 +500,8 @@ impl Handler for TxConnection {
             | Event::Timeout
             | Event::DrepReceived
             | Event::TimewaitExit => self.fail(),
-            Event::RtuReceived | Event::Other(_) => {}
+            // An MRA only means the peer is slow: the CM waits longer on its own.
+            Event::RtuReceived | Event::MraReceived { .. } | Event::Other(_) => {}
         }
     }
 }

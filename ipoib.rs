@@ -190,6 +190,7 @@ fn port_event(event: &AsyncEvent, dev: &kernel::net::dev::NetDevice, datapath: &
     }
 }
 
+#[vtable]
 impl Client for IpoibClient {
     const NAME: &'static CStr = c_str!("ipoib");
     type DeviceData = KBox<IpoibDevice>;

@@ -13,6 +13,7 @@ use kernel::{
     prelude::*,
     rdma::{
         ah::{AddressHandle, AhAttr},
+        client::{self, Client},
         cm::{
             self, CmId, CmIdRef, Event, GidAttr, ListenHandler, Listener, PathRecord, QpState,
             ReqParams, Request,
@@ -23,7 +24,8 @@ use kernel::{
         pd::ProtectionDomain,
         qp::SharedQueue,
         qp::{QpCaps, QpEvent, QpEventHandler, QpType, QueuePair, Sent},
-        srq::SharedReceiveQueue,
+        sa::{JoinState, McHandler, McJoin, McMemberRecord, PathHandler, PathQuery, SaClient},
+        srq::{SharedReceiveQueue, SrqEvent, SrqEventHandler},
     },
     sync::{Arc, CondVar, Mutex},
     time::{ktime_ms_delta, msecs_to_jiffies, Ktime},
@@ -234,6 +236,15 @@ impl QpEventHandler for Waiter {
     }
 }
 
+/// The shared receive queue reports its limit event to the passive side's waiter.
+impl SrqEventHandler for Waiter {
+    fn event(&self, event: SrqEvent) {
+        if event == SrqEvent::LimitReached {
+            self.set(F_SRQ_LIMIT);
+        }
+    }
+}
+
 impl Waiter {
     fn set(&self, flag: u32) {
         self.flags.fetch_or(flag, Ordering::SeqCst);
@@ -322,6 +333,12 @@ fn multicast(a: &Endpoint, b: &Endpoint) -> Result {
     let ah = AddressHandle::new(&a.pd, &AhAttr::roce(PORT, 0, &MGID, 64, mac))?;
     a.send(&ah, MULTICAST_QPN, QKEY, 21)?;
     receive_one(b, a.qp.qp_num(), 21)?;
+    // The same group through the member record RoCE builds locally for it.
+    let port_gid = GidAttr::get(&a.device, PORT, 0)?;
+    let rec = McMemberRecord::roce(&MGID, &port_gid, QKEY, Mtu::Mtu1024, 64);
+    let rec_ah = AddressHandle::new(&a.pd, &AhAttr::from_mcmember(&a.device, PORT, &rec)?)?;
+    a.send(&rec_ah, MULTICAST_QPN, rec.qkey(), 22)?;
+    receive_one(b, a.qp.qp_num(), 22)?;
     b.qp.detach_mcast(&MGID, 0)?;
     drop(member);
     a.send(&ah, MULTICAST_QPN, QKEY, 23)?;
@@ -335,6 +352,79 @@ fn multicast(a: &Endpoint, b: &Endpoint) -> Result {
     }
 }
 
+/// `a` reaches `b` through an address handle made from a RoCE v2 path record.
+fn path_ah(a: &Endpoint, b: &Endpoint) -> Result {
+    let sgid = GidAttr::get(&a.device, PORT, a.gid_index)?;
+    let path = PathRecord::roce_v2(&a.gid, &b.gid, Mtu::Mtu1024, [0; 6]);
+    let with_sgid = AhAttr::from_path(&a.device, PORT, &path, Some(&sgid))?;
+    let ah = AddressHandle::new(&a.pd, &with_sgid)?;
+    a.send(&ah, b.qp.qp_num(), QKEY, 13)?;
+    receive_one(b, a.qp.qp_num(), 13)?;
+    // Without a GID attribute the path's source GID is looked up in the table.
+    let looked_up = AhAttr::from_path(&a.device, PORT, &path, None)?;
+    let ah = AddressHandle::new(&a.pd, &looked_up)?;
+    a.send(&ah, b.qp.qp_num(), QKEY, 15)?;
+    receive_one(b, a.qp.qp_num(), 15)
+}
+
+/// How many [`SaProbe`]s were dropped.
+static SA_PROBE_DROPS: AtomicU32 = AtomicU32::new(0);
+
+/// A path and multicast handler that must never be called on RoCE.
+struct SaProbe {
+    called: AtomicU32,
+}
+
+impl Drop for SaProbe {
+    fn drop(&mut self) {
+        SA_PROBE_DROPS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl PathHandler for SaProbe {
+    fn path(&self, _result: Result<&PathRecord>) {
+        self.called.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl McHandler for SaProbe {
+    fn joined(&self, _result: Result<&McMemberRecord>) {
+        self.called.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// RoCE has no subnet administrator: queries and joins are refused before anything is sent,
+/// and their handlers are released without being called.
+fn sa_on_roce(a: &Endpoint, b: &Endpoint) -> Result {
+    let client = SaClient::new()?;
+    let probe = Arc::new(
+        SaProbe {
+            called: AtomicU32::new(0),
+        },
+        GFP_KERNEL,
+    )?;
+    let rec = PathRecord::ib_query(&a.gid, &b.gid, 0xffff);
+    let path = PathQuery::start(&client, &a.device, PORT, &rec, 1000, probe.clone());
+    let join_rec = McMemberRecord::ib_join(&MGID, &a.gid, 0xffff, JoinState::FullMember);
+    let join = McJoin::start(&client, &a.device, PORT, &join_rec, probe.clone());
+    let refused = matches!(path, Err(e) if e == EOPNOTSUPP) && matches!(join, Err(e) if e == EOPNOTSUPP);
+    let called = probe.called.load(Ordering::SeqCst);
+    drop(probe);
+    drop(client);
+    let drops = SA_PROBE_DROPS.load(Ordering::SeqCst);
+    if refused && called == 0 && drops == 1 {
+        Ok(())
+    } else {
+        pr_info!(
+            "# refused {} called {} handler dropped {}\n",
+            refused,
+            called,
+            drops
+        );
+        Err(EIO)
+    }
+}
+
 const SERVICE_ID: u64 = 0x1000_0000_0000_0001;
 const UNUSED_SERVICE_ID: u64 = 0x1000_0000_0000_0002;
 const RC_MSG: usize = 65536;
@@ -345,6 +435,8 @@ const F_DREP: u32 = 8;
 const F_REJ: u32 = 16;
 const F_BAD: u32 = 32;
 const F_LAST_WQE: u32 = 64;
+const F_SRQ_LIMIT: u32 = 128;
+const F_MRA: u32 = 256;
 
 /// One end of an RC connection: its queue pair and what its CM events told it.
 struct RcEnd {
@@ -424,6 +516,13 @@ impl cm::Handler for RcEnd {
                 self.rej_reason.store(reason, Ordering::SeqCst);
                 self.signal.set(F_REJ);
             }
+            Event::MraReceived { service_timeout } => {
+                self.signal.set(if service_timeout == MRA_TIMEOUT {
+                    F_MRA
+                } else {
+                    F_BAD
+                });
+            }
             Event::Timeout | Event::TimewaitExit | Event::Other(_) => {}
         }
     }
@@ -437,11 +536,23 @@ struct Passive {
     srq: Arc<SharedReceiveQueue>,
     #[pin]
     conn: Mutex<Option<CmId<RcEnd>>>,
+    /// A request answered only with an MRA, kept unanswered.
+    #[pin]
+    delayed: Mutex<Option<CmId<RcEnd>>>,
     signal: Arc<Waiter>,
 }
 
+/// The service timeout the passive side's MRA announces (about 4 s).
+const MRA_TIMEOUT: u8 = 20;
+
 impl ListenHandler for Passive {
     fn request(&self, req: Request<'_>) -> Result {
+        if req.private_data().starts_with(b"ipoib-mra") {
+            let end = RcEnd::new(&self.ep, self.signal.clone(), None)?;
+            req.id().send_mra(MRA_TIMEOUT, b"later")?;
+            *self.delayed.lock() = Some(req.accept(end)?);
+            return Ok(());
+        }
         if !req.private_data().starts_with(b"ipoib-rs") {
             self.signal.set(F_BAD);
             return Err(EINVAL);
@@ -523,12 +634,18 @@ fn connected(report: &mut Report) -> Result {
     let passive_signal = waiter()?;
     let ep = Endpoint::new(c_str!("rxe1"), [192, 0, 2, 2])?;
     let signal = passive_signal.clone();
-    let srq = SharedReceiveQueue::new(&ep.pd, 8, 1)?;
+    let srq = SharedReceiveQueue::with_events(
+        &ep.pd,
+        8,
+        1,
+        Some(passive_signal.clone() as Arc<dyn SrqEventHandler>),
+    )?;
     let passive = Arc::pin_init(
         pin_init!(Passive {
             ep,
             srq,
             conn <- new_mutex!(None),
+            delayed <- new_mutex!(None),
             signal,
         }),
         GFP_KERNEL,
@@ -559,6 +676,21 @@ fn connected(report: &mut Report) -> Result {
         connect,
     );
 
+    // The passive end posted 2 buffers: one message leaves 1, below a limit of 2.
+    let srq_limit = passive.srq.arm_limit(2).and_then(|()| {
+        match passive_signal.flags.load(Ordering::SeqCst) & F_SRQ_LIMIT {
+            0 => Ok(()),
+            _ => Err(EEXIST),
+        }
+    });
+    report.check(
+        "SRQ: limit armed at 2 buffers; a limit beyond its size refused (EINVAL)",
+        srq_limit.and_then(|()| match passive.srq.arm_limit(1 << 30) {
+            Err(e) if e == EINVAL => Ok(()),
+            _ => Err(EIO),
+        }),
+    );
+
     let transfer = (|| {
         let guard = passive.conn.lock();
         let b_end = guard.as_ref().ok_or(ENODEV)?.handler();
@@ -570,6 +702,10 @@ fn connected(report: &mut Report) -> Result {
     report.check(
         "RC: 64 KiB message each way (passive side on an SRQ), contents intact",
         transfer,
+    );
+    report.check(
+        "SRQ: limit event once fewer buffers than the limit are posted",
+        passive_signal.wait_flag(F_SRQ_LIMIT, 2000),
     );
 
     let disconnect = id
@@ -614,7 +750,31 @@ fn connected(report: &mut Report) -> Result {
         rej,
     );
 
+    // A passive side that needs time answers a REQ with an MRA first.
+    let mra_signal = waiter()?;
+    let delayed = RcEnd::new(&a, mra_signal.clone(), None)?;
+    let mra_id = CmId::new(&a.device, delayed.clone())?;
+    let mut mra_params = req_params(&path, &sgid_attr, SERVICE_ID);
+    mra_params.private_data = b"ipoib-mra";
+    let mra = mra_id
+        .id()
+        .send_req(&delayed.qp, &mra_params)
+        .and_then(|()| mra_signal.wait_flag(F_MRA, 5000))
+        .and_then(|()| match mra_signal.flags.load(Ordering::SeqCst) {
+            F_MRA => Ok(()),
+            other => {
+                pr_info!("# requester flags {:#x}\n", other);
+                Err(EIO)
+            }
+        });
+    report.check(
+        "CM: MRA with its service timeout reaches the requester, no REP yet",
+        mra,
+    );
+
     // Identifiers first (their handlers hold queue pairs), then the listener.
+    drop(mra_id);
+    *passive.delayed.lock() = None;
     drop(rej_id);
     drop(id);
     *passive.conn.lock() = None;
@@ -666,8 +826,16 @@ fn run(report: &mut Report) -> Result {
     );
 
     report.check(
-        "multicast: attached group receives, detached does not",
+        "address handle from a RoCE v2 path record (with and without GID attribute)",
+        path_ah(&a, &b),
+    );
+    report.check(
+        "multicast: attached group receives (AH from attributes and from a RoCE member record), detached does not",
         multicast(&a, &b),
+    );
+    report.check(
+        "SA: path query and join refused on RoCE (EOPNOTSUPP), handlers released uncalled",
+        sa_on_roce(&a, &b),
     );
 
     // Moving the receiver to the error state flushes every posted buffer back to us.
@@ -705,8 +873,33 @@ fn run(report: &mut Report) -> Result {
     Ok(())
 }
 
+/// An IB client that reports renames of the devices it took on, for the script to check
+/// after `rdma dev set ... name ...`.
+struct RenameWatch;
+
+kernel::ib_client_vtable!(RenameWatch);
+
+#[vtable]
+impl Client for RenameWatch {
+    const NAME: &'static CStr = c_str!("rdma_rs_selftest");
+    type DeviceData = KBox<AtomicU32>;
+    type Context = ();
+
+    fn add(_ctx: &(), _device: &Device) -> Result<KBox<AtomicU32>> {
+        Ok(KBox::new(AtomicU32::new(0), GFP_KERNEL)?)
+    }
+
+    fn remove(_ctx: &(), _device: &Device, _renames: KBox<AtomicU32>) {}
+
+    fn rename(_ctx: &(), device: &Device, renames: &AtomicU32) {
+        let n = renames.fetch_add(1, Ordering::Relaxed) + 1;
+        pr_info!("# client: device renamed to {} (rename {})\n", device.name(), n);
+    }
+}
+
 struct VerbsSelftest {
     _crowd: Option<ipoib_intruder::Crowd>,
+    _rename_watch: Option<client::Registration<RenameWatch>>,
 }
 
 impl kernel::Module for VerbsSelftest {
@@ -735,7 +928,10 @@ impl kernel::Module for VerbsSelftest {
         if qpn != 0 {
             pr_info!("1..{}\n", report.n);
             pr_info!("# {} failed\n", report.failed);
-            return Ok(Self { _crowd: crowd });
+            return Ok(Self {
+                _crowd: crowd,
+                _rename_watch: None,
+            });
         }
         if let Err(e) = run(&mut report) {
             pr_info!("# stopped early: {:?}\n", e);
@@ -744,8 +940,16 @@ impl kernel::Module for VerbsSelftest {
             pr_info!("# connected mode checks stopped early: {:?}\n", e);
             report.check("connected mode set-up", Err(e));
         }
+        let watch = client::Registration::new(Arc::new((), GFP_KERNEL)?);
+        report.check(
+            "IB client registered with a rename callback",
+            watch.as_ref().map(|_| ()).map_err(|e| *e),
+        );
         pr_info!("1..{}\n", report.n);
         pr_info!("# {} failed\n", report.failed);
-        Ok(Self { _crowd: None })
+        Ok(Self {
+            _crowd: None,
+            _rename_watch: watch.ok(),
+        })
     }
 }

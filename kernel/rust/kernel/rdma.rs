@@ -20,4 +20,5 @@ pub mod dma;
 pub mod event;
 pub mod pd;
 pub mod qp;
+pub mod sa;
 pub mod srq;

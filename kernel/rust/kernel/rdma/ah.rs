@@ -4,16 +4,25 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
 
-use super::{device::Gid, pd::ProtectionDomain};
+use super::{
+    cm::{GidAttr, PathRecord},
+    device::{Device, Gid},
+    pd::ProtectionDomain,
+    sa::McMemberRecord,
+};
 use crate::{
     alloc::flags::{GFP_ATOMIC, GFP_KERNEL},
     bindings,
-    error::{code::EINVAL, from_err_ptr, Result},
+    error::{code::EINVAL, from_err_ptr, to_result, Result},
     sync::Arc,
 };
 use core::ptr::NonNull;
 
 /// Route attributes for an address handle (`struct rdma_ah_attr`).
+///
+/// # Invariants
+///
+/// `grh.sgid_attr` is null or holds a reference of its own, released on drop.
 pub struct AhAttr(bindings::rdma_ah_attr);
 
 impl AhAttr {
@@ -47,6 +56,70 @@ impl AhAttr {
             src_path_bits: 0,
         };
         Self(a)
+    }
+
+    /// The route of `path` (from an SA query, or [`PathRecord::roce_v2`] on RoCE) out of
+    /// `port` of `device`, sent from `sgid`, or without it from the entry of the port's GID
+    /// table that holds the path's source GID.
+    pub fn from_path(
+        device: &Device,
+        port: u32,
+        path: &PathRecord,
+        sgid: Option<&GidAttr>,
+    ) -> Result<Self> {
+        if !device.ports().contains(&port) {
+            return Err(EINVAL);
+        }
+        let mut a = Self::zeroed();
+        let mut rec = path.0;
+        let sgid = sgid.map_or(core::ptr::null(), GidAttr::as_raw);
+        // SAFETY: The device is valid and `port` one of its ports; `rec` and `a` are valid for
+        // the call; `sgid` is null or a referenced GID attribute. On success `a` holds a GID
+        // attribute reference of its own (or none).
+        to_result(unsafe {
+            bindings::ib_init_ah_attr_from_path(device.as_raw(), port, &mut rec, &mut a, sgid)
+        })?;
+        // INVARIANT: see above.
+        Ok(Self(a))
+    }
+
+    /// The route to the group of `rec` out of `port` of `device`: on InfiniBand the group's
+    /// LID, on RoCE the group's Ethernet multicast address (see [`Gid::multicast_mac`]).
+    /// The source GID is the record's port GID, which must be in the port's table.
+    pub fn from_mcmember(device: &Device, port: u32, rec: &McMemberRecord) -> Result<Self> {
+        if !device.ports().contains(&port) {
+            return Err(EINVAL);
+        }
+        let mut a = Self::zeroed();
+        let mut raw = *rec.raw();
+        // SAFETY: The device is valid and `port` one of its ports; `raw` and `a` are valid for
+        // the call. Without a network device the GID is looked up among all of the port's.
+        // On success `a` holds a GID attribute reference of its own.
+        to_result(unsafe {
+            bindings::ib_init_ah_from_mcmember(
+                device.as_raw(),
+                port,
+                &mut raw,
+                core::ptr::null_mut(),
+                rec.gid_type(),
+                &mut a,
+            )
+        })?;
+        if a.type_ == bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE {
+            a.__bindgen_anon_1.roce = bindings::roce_ah_attr {
+                dmac: rec.mgid().multicast_mac(),
+            };
+        }
+        // INVARIANT: see above.
+        Ok(Self(a))
+    }
+}
+
+impl Drop for AhAttr {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the GID attribute, if any, is referenced by us; the
+        // call releases it and nothing else.
+        unsafe { bindings::rdma_destroy_ah_attr(&mut self.0) };
     }
 }
 
@@ -86,7 +159,9 @@ impl AddressHandle {
     fn create(pd: &Arc<ProtectionDomain>, attr: &AhAttr, flags: u32) -> Result<Arc<Self>> {
         let mut raw = attr.0;
         // SAFETY: `pd` is valid; `raw` is a valid attribute set, copied so the core may fill in
-        // (and release again) its GID attribute; the flags tell the core whether it may sleep.
+        // (and release again) its GID attribute; a GID attribute already set stays referenced
+        // by `attr` during the call, and the core takes its own reference if it keeps it; the
+        // flags tell the core whether it may sleep.
         let ah = from_err_ptr(unsafe { bindings::rdma_create_ah(pd.as_raw(), &mut raw, flags) })?;
         let ah = NonNull::new(ah).ok_or(EINVAL)?;
         // INVARIANT: `ah` was just created in `pd`.

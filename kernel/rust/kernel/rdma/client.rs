@@ -6,8 +6,9 @@
 
 use super::device::Device;
 use crate::{
-    bindings,
-    error::{code::EBUSY, code::EINVAL, to_result, Result},
+    bindings, build_error,
+    error::{code::EBUSY, code::EINVAL, to_result, Result, VTABLE_DEFAULT_ERROR},
+    prelude::vtable,
     ffi::{c_int, c_void},
     str::CStr,
     sync::Arc,
@@ -25,6 +26,7 @@ use core::{
 /// every device registered later, and [`Client::remove`] for each device whose `add`
 /// succeeded, when the device goes away or the client is unregistered. Calls for one device
 /// never overlap.
+#[vtable]
 pub trait Client: ClientVTableProvider + Sized + 'static {
     /// The client's name, shown by the RDMA core.
     const NAME: &'static CStr;
@@ -40,6 +42,16 @@ pub trait Client: ClientVTableProvider + Sized + 'static {
 
     /// Lets go of `device`, which is going away or is no longer served by this client.
     fn remove(ctx: &Self::Context, device: &Device, data: Self::DeviceData);
+
+    /// `device`, which the client took on, has a new name (`rdma dev set NAME name NEW`),
+    /// already in effect. Optional.
+    fn rename(
+        _ctx: &Self::Context,
+        _device: &Device,
+        _data: <Self::DeviceData as ForeignOwnable>::Borrowed<'_>,
+    ) {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
 }
 
 /// The `struct ib_client` of a [`Client`]: a static the RDMA core links into its client list.
@@ -75,6 +87,11 @@ impl<T: Client> ClientVTable<T> {
                 name: T::NAME.as_char_ptr(),
                 add: Some(add_callback::<T>),
                 remove: Some(remove_callback::<T>),
+                rename: if T::HAS_RENAME {
+                    Some(rename_callback::<T>)
+                } else {
+                    None
+                },
                 // SAFETY: The remaining fields are optional callbacks, integers and a
                 // completion, all valid when zeroed (`None` for the callbacks).
                 ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
@@ -169,6 +186,25 @@ unsafe extern "C" fn remove_callback<T: Client>(raw: *mut bindings::ib_device, d
         if let Some(ctx) = unsafe { T::vtable().context() } {
             T::remove(ctx, device, data);
         }
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a device whose `add` succeeded, with the data that
+/// [`add_callback`] stored, before [`remove_callback`] for it.
+unsafe extern "C" fn rename_callback<T: Client>(raw: *mut bindings::ib_device, data: *mut c_void) {
+    // SAFETY: The core passes a registered device that stays valid during the call.
+    let device = unsafe { Device::from_raw(raw) };
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: `data` came from `into_foreign` in `add_callback` and is released only by
+    // `remove_callback`, which the core does not run concurrently with this call.
+    let data = unsafe { T::DeviceData::borrow(data) };
+    // SAFETY: The core calls us only while the client is registered.
+    if let Some(ctx) = unsafe { T::vtable().context() } {
+        T::rename(ctx, device, data);
     }
 }
 

@@ -59,7 +59,13 @@ impl GidAttr {
         Gid(unsafe { (*self.0.as_ptr()).gid.raw })
     }
 
-    fn as_raw(&self) -> *const bindings::ib_gid_attr {
+    /// The entry's GID type (`enum ib_gid_type`): IB, RoCE v1 or RoCE v2.
+    pub(crate) fn gid_type(&self) -> bindings::ib_gid_type {
+        // SAFETY: By the type invariant the attributes are valid and immutable.
+        unsafe { (*self.0.as_ptr()).gid_type }
+    }
+
+    pub(crate) fn as_raw(&self) -> *const bindings::ib_gid_attr {
         self.0.as_ptr()
     }
 }
@@ -72,7 +78,8 @@ impl Drop for GidAttr {
 }
 
 /// A path between two ports (`struct sa_path_rec`), as a connection request carries it.
-pub struct PathRecord(bindings::sa_path_rec);
+#[repr(transparent)]
+pub struct PathRecord(pub(crate) bindings::sa_path_rec);
 
 impl PathRecord {
     /// A RoCE v2 path from `sgid` to `dgid` with MTU `mtu` (IB encoding, see
@@ -172,6 +179,12 @@ pub enum Event<'a> {
     RejReceived {
         /// The reason code.
         reason: RejReason,
+    },
+    /// The peer received our request (or reply) and asks us to wait longer for its answer:
+    /// the CM has extended its timeout; nothing to do but keep waiting.
+    MraReceived {
+        /// How long the peer may take: 4.096 us x 2^`service_timeout`.
+        service_timeout: u8,
     },
     /// A request or reply got no answer.
     Timeout,
@@ -281,6 +294,18 @@ impl CmIdRef {
         to_result(unsafe { bindings::ib_send_cm_drep(self.raw(), core::ptr::null(), 0) })
     }
 
+    /// Tells the peer its request (or reply) arrived and the answer will take up to
+    /// 4.096 us x 2^`service_timeout` (at most 31), so that it waits instead of retrying.
+    pub fn send_mra(&self, service_timeout: u8, private_data: &[u8]) -> Result {
+        if service_timeout > 31 {
+            return Err(EINVAL);
+        }
+        let (data, len) = Self::private(private_data)?;
+        // SAFETY: The identifier is valid; the private data is valid for the call (the CM
+        // copies it into the message).
+        to_result(unsafe { bindings::ib_send_cm_mra(self.raw(), service_timeout, data, len) })
+    }
+
     /// Refuses a connection request.
     pub fn send_rej(&self, reason: RejReason) -> Result {
         // SAFETY: The identifier is valid; no additional data.
@@ -354,6 +379,11 @@ fn event_of(ev: &bindings::ib_cm_event) -> Event<'_> {
             // SAFETY: For a REJ the CM fills the `rej_rcvd` member of the union.
             let reason = unsafe { ev.param.rej_rcvd.reason };
             Event::RejReceived { reason }
+        }
+        bindings::ib_cm_event_type_IB_CM_MRA_RECEIVED => {
+            // SAFETY: For an MRA the CM fills the `mra_rcvd` member of the union.
+            let service_timeout = unsafe { ev.param.mra_rcvd.service_timeout };
+            Event::MraReceived { service_timeout }
         }
         bindings::ib_cm_event_type_IB_CM_REQ_ERROR | bindings::ib_cm_event_type_IB_CM_REP_ERROR => {
             Event::Timeout

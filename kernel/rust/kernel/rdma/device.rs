@@ -338,7 +338,7 @@ pub enum Mtu {
 }
 
 impl Mtu {
-    fn from_raw(raw: bindings::ib_mtu) -> Option<Self> {
+    pub(crate) fn from_raw(raw: bindings::ib_mtu) -> Option<Self> {
         Some(match raw {
             bindings::ib_mtu_IB_MTU_256 => Mtu::Mtu256,
             bindings::ib_mtu_IB_MTU_512 => Mtu::Mtu512,
@@ -444,6 +444,35 @@ impl PortAttr {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The Ethernet multicast address a RoCE frame to this multicast GID goes to: for an
+    /// IPv4-mapped group (`::ffff:224.0.0.0/100`) `01:00:5e` and the low 23 bits of the IPv4
+    /// address, otherwise `33:33` and the GID's last four bytes, as IP does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::device::Gid;
+    ///
+    /// let mut g = [0u8; 16];
+    /// g[..2].copy_from_slice(&[0xff, 0x12]);
+    /// g[12..].copy_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    /// assert_eq!(Gid(g).multicast_mac(), [0x33, 0x33, 0xff, 0xff, 0xff, 0xff]);
+    /// let mut v4 = [0u8; 16];
+    /// v4[10..].copy_from_slice(&[0xff, 0xff, 239, 129, 2, 3]);
+    /// assert_eq!(Gid(v4).multicast_mac(), [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]);
+    /// ```
+    pub fn multicast_mac(&self) -> [u8; 6] {
+        let g = &self.0;
+        let v4_mapped = g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff;
+        if v4_mapped {
+            [0x01, 0x00, 0x5e, g[13] & 0x7f, g[14], g[15]]
+        } else {
+            [0x33, 0x33, g[12], g[13], g[14], g[15]]
+        }
+    }
+}
 
 impl fmt::Display for Gid {
     /// Formats as eight groups of four hex digits, as `ibv_devinfo` prints GIDs.

@@ -13,11 +13,48 @@ use super::{
 };
 use crate::{
     bindings,
-    error::{code::EINVAL, from_err_ptr, Error, Result},
+    error::{code::EINVAL, from_err_ptr, to_result, Error, Result},
+    ffi::c_void,
     prelude::*,
     sync::Arc,
 };
 use core::ptr::NonNull;
+
+/// An asynchronous event of a shared receive queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SrqEvent {
+    /// Fewer buffers than the armed limit are posted (see
+    /// [`SharedReceiveQueue::arm_limit`]); the limit is disarmed until armed again.
+    LimitReached,
+    /// The queue failed; its queue pairs receive nothing more.
+    Error,
+    /// Any other event, with its raw code.
+    Other(u32),
+}
+
+/// Receives the asynchronous events of a shared receive queue.
+///
+/// Devices report these from any context, possibly with interrupts disabled: implementations
+/// record what happened (and schedule work for the rest) and must not sleep.
+pub trait SrqEventHandler: Send + Sync {
+    /// `event` happened on the queue.
+    fn event(&self, event: SrqEvent);
+}
+
+/// # Safety
+///
+/// Called by the core only, for a queue created by [`SharedReceiveQueue::with_events`], with
+/// the context that function registered.
+unsafe extern "C" fn srq_event_callback(event: *mut bindings::ib_event, context: *mut c_void) {
+    // SAFETY: `context` is the boxed handler of a queue, freed only after the queue is
+    // destroyed, which ends the calls of this function; `event` is valid for the call.
+    let (handler, event) = unsafe { (&*context.cast::<Arc<dyn SrqEventHandler>>(), &*event) };
+    handler.event(match event.event {
+        bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED => SrqEvent::LimitReached,
+        bindings::ib_event_type_IB_EVENT_SRQ_ERR => SrqEvent::Error,
+        other => SrqEvent::Other(other),
+    });
+}
 
 /// A shared receive queue (`struct ib_srq`). Queue pairs created on it hold an [`Arc`] to
 /// it, so it is destroyed after all of them.
@@ -25,13 +62,15 @@ use core::ptr::NonNull;
 /// # Invariants
 ///
 /// `srq` was returned by `ib_create_srq_user` in `pd` and is destroyed only in `drop`,
-/// before the buffers in `ring` are freed.
+/// before the buffers in `ring` are freed and, if set, `events` (from `KBox::into_raw`, the
+/// core's event context of the queue) is released.
 #[pin_data(PinnedDrop)]
 pub struct SharedReceiveQueue<B: RecvBuffer = DmaBuffer> {
     srq: NonNull<bindings::ib_srq>,
     #[pin]
     ring: RecvRing<B>,
     pd: Arc<ProtectionDomain>,
+    events: Option<NonNull<Arc<dyn SrqEventHandler>>>,
 }
 
 // SAFETY: The core allows SRQs to be used from any thread; the ring is behind a lock.
@@ -58,14 +97,44 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
     /// Creates a shared receive queue in `pd` for `max_wr` buffers of up to `max_sge`
     /// segments each.
     pub fn new(pd: &Arc<ProtectionDomain>, max_wr: u32, max_sge: u32) -> Result<Arc<Self>> {
+        Self::with_events(pd, max_wr, max_sge, None)
+    }
+
+    /// As [`SharedReceiveQueue::new`], with `events` receiving the queue's asynchronous
+    /// events until it is destroyed.
+    pub fn with_events(
+        pd: &Arc<ProtectionDomain>,
+        max_wr: u32,
+        max_sge: u32,
+        events: Option<Arc<dyn SrqEventHandler>>,
+    ) -> Result<Arc<Self>> {
+        let events = match events {
+            Some(handler) => Some(KBox::new(handler, GFP_KERNEL)?),
+            None => None,
+        };
+        // Freed after the queue is destroyed: by `drop`, or below if set-up fails.
+        let events = events.map(|b| {
+            // SAFETY: `KBox::into_raw` never returns null.
+            unsafe { NonNull::new_unchecked(KBox::into_raw(b)) }
+        });
+        let free_events = || {
+            if let Some(p) = events {
+                // SAFETY: `p` came from `KBox::into_raw` above and no queue uses it.
+                drop(unsafe { KBox::from_raw(p.as_ptr()) });
+            }
+        };
         // SAFETY: All-zero is a valid `ib_srq_init_attr` (basic SRQ, no event handler).
         let mut attr: bindings::ib_srq_init_attr = unsafe { core::mem::zeroed() };
         attr.attr.max_wr = max_wr;
         attr.attr.max_sge = max_sge;
         attr.srq_type = bindings::ib_srq_type_IB_SRQT_BASIC;
-        let ring = RecvRing::new(max_wr)?;
+        if let Some(p) = events {
+            attr.event_handler = Some(srq_event_callback);
+            attr.srq_context = p.as_ptr().cast();
+        }
+        let ring = RecvRing::new(max_wr).inspect_err(|_| free_events())?;
         // SAFETY: `pd` is valid and `attr` is valid for the call; kernel SRQs have no user
-        // object or data.
+        // object or data; the event context lives until the queue is destroyed.
         let srq = from_err_ptr(unsafe {
             bindings::ib_create_srq_user(
                 pd.as_raw(),
@@ -73,17 +142,40 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
                 core::ptr::null_mut(),
                 core::ptr::null_mut(),
             )
-        })?;
-        let srq = NonNull::new(srq).ok_or(EINVAL)?;
+        })
+        .and_then(|srq| NonNull::new(srq).ok_or(EINVAL))
+        .inspect_err(|_| free_events())?;
         let init = pin_init!(Self {
             srq,
             ring <- ring,
             pd: pd.clone(),
+            events,
         });
-        // INVARIANT: `srq` was just created in `pd`.
+        // INVARIANT: `srq` was just created in `pd` with `events` as its context.
         Arc::pin_init(init, GFP_KERNEL).inspect_err(|_| {
             // SAFETY: Created above, nothing posted, referenced nowhere else.
             unsafe { bindings::ib_destroy_srq_user(srq.as_ptr(), core::ptr::null_mut()) };
+            free_events();
+        })
+    }
+
+    /// Arms the limit event: once fewer than `limit` buffers are posted, the queue's handler
+    /// gets [`SrqEvent::LimitReached`], once. A `limit` beyond the queue's size is refused
+    /// (`EINVAL`); 0 disarms. Needs a queue made with [`SharedReceiveQueue::with_events`].
+    pub fn arm_limit(&self, limit: u32) -> Result {
+        if self.events.is_none() {
+            return Err(EINVAL);
+        }
+        // SAFETY: All-zero is a valid `ib_srq_attr`.
+        let mut attr: bindings::ib_srq_attr = unsafe { core::mem::zeroed() };
+        attr.srq_limit = limit;
+        // SAFETY: `srq` is valid; `attr` is valid for the call; only the limit is changed.
+        to_result(unsafe {
+            bindings::ib_modify_srq(
+                self.srq.as_ptr(),
+                &mut attr,
+                bindings::ib_srq_attr_mask_IB_SRQ_LIMIT,
+            )
         })
     }
 
@@ -112,5 +204,10 @@ impl<B: RecvBuffer> PinnedDrop for SharedReceiveQueue<B> {
         // pairs hold an `Arc` to us, so none is left. The device stops accessing posted
         // buffers, which are freed afterwards with the ring.
         unsafe { bindings::ib_destroy_srq_user(self.srq.as_ptr(), core::ptr::null_mut()) };
+        if let Some(p) = self.events {
+            // SAFETY: By the type invariant `p` came from `KBox::into_raw`; the queue that used
+            // it is gone and `drop` runs once.
+            drop(unsafe { KBox::from_raw(p.as_ptr()) });
+        }
     }
 }

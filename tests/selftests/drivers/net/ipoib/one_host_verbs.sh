@@ -17,7 +17,7 @@ klog_mark
 modprobe "$SELFTEST" || ktap_exit_fail_msg "modprobe $SELFTEST failed"
 results=$(klog_since | sed -n "s/^.*$SELFTEST: //p")
 cases=$(echo "$results" | grep -cE '^(not )?ok [0-9]+ ')
-ktap_set_plan $((cases + 2))
+ktap_set_plan $((cases + 3))
 ktap_relay "$results"
 if echo "$results" | grep -q '^not ok'; then
 	for f in /sys/class/infiniband/rxe*/ports/1/hw_counters/*; do
@@ -26,5 +26,12 @@ if echo "$results" | grep -q '^not ok'; then
 	done
 fi
 ipoib_check "$SELFTEST reported all its checks" eval "echo \"\$results\" | grep -qx \"1..$cases\" && [ $cases -ge 8 ]"
+# The module's IB client hears renames of the devices it took on (and the name returns).
+rename_round_trip() {
+	rdma dev set rxe0 name rxt0 && rdma dev set rxt0 name rxe0 || return 1
+	klog_since | grep -q "$SELFTEST: # client: device renamed to rxt0 (rename 1)" &&
+		klog_since | grep -q "$SELFTEST: # client: device renamed to rxe0 (rename 2)"
+}
+ipoib_check "IB client rename callback: rxe0 -> rxt0 -> rxe0 reported" rename_round_trip
 ipoib_check "$SELFTEST unloads, kernel log clean" eval 'rmmod "$SELFTEST" && klog_clean_since'
 ktap_finished

@@ -1,0 +1,516 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The subnet administrator (SA) of an InfiniBand fabric: path record queries and multicast
+//! group membership, and the member records that RoCE builds locally instead.
+//!
+//! C header: [`include/rdma/ib_sa.h`](srctree/include/rdma/ib_sa.h).
+//!
+//! Queries and joins go to the SA over MADs and only exist on InfiniBand ports; on other
+//! ports they fail with `EOPNOTSUPP` before anything is sent. Their handlers never run after
+//! their owner ([`PathQuery`], [`McJoin`]) is dropped: dropping cancels and waits. A
+//! [`SaClient`] outlives its queries (each holds it) and waits for them when dropped, as
+//! `ib_sa_unregister_client` requires.
+
+use super::{
+    cm::{GidAttr, PathRecord},
+    device::{Device, DeviceRef, Gid, Mtu, Protocol},
+};
+use crate::{
+    alloc::flags::GFP_KERNEL,
+    bindings,
+    error::{
+        code::{EINVAL, EIO, EOPNOTSUPP},
+        from_err_ptr, Error, Result,
+    },
+    ffi::{c_int, c_uint, c_void},
+    new_condvar, new_spinlock,
+    prelude::*,
+    sync::{Arc, CondVar, SpinLock},
+    types::{ForeignOwnable, Opaque},
+};
+use core::{
+    marker::PhantomData,
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+/// Bit `n` of a component mask (`IB_SA_COMP_MASK(n)`), which is big-endian.
+const fn comp(n: u32) -> u64 {
+    (1u64 << n).to_be()
+}
+
+// Path record components (IBA 15.2.5.16).
+const PATH_DGID: u64 = comp(2);
+const PATH_SGID: u64 = comp(3);
+const PATH_NUMB_PATH: u64 = comp(12);
+const PATH_PKEY: u64 = comp(13);
+
+// Member record components (IBA 15.2.5.17).
+const MC_MGID: u64 = comp(0);
+const MC_PORT_GID: u64 = comp(1);
+const MC_QKEY: u64 = comp(2);
+const MC_MTU_SELECTOR: u64 = comp(4);
+const MC_MTU: u64 = comp(5);
+const MC_TRAFFIC_CLASS: u64 = comp(6);
+const MC_PKEY: u64 = comp(7);
+const MC_RATE_SELECTOR: u64 = comp(8);
+const MC_RATE: u64 = comp(9);
+const MC_SL: u64 = comp(12);
+const MC_FLOW_LABEL: u64 = comp(13);
+const MC_HOP_LIMIT: u64 = comp(14);
+const MC_JOIN_STATE: u64 = comp(16);
+
+/// Fails with `EOPNOTSUPP` unless `port` of `device` has a subnet administrator to ask.
+fn require_sa(device: &Device, port: u32) -> Result {
+    match device.protocol(port)? {
+        Protocol::InfiniBand => Ok(()),
+        _ => Err(EOPNOTSUPP),
+    }
+}
+
+/// A registered user of the SA (`struct ib_sa_client`).
+///
+/// # Invariants
+///
+/// `client` is registered with `ib_sa_register_client` from initialisation until `drop`.
+#[pin_data(PinnedDrop)]
+pub struct SaClient {
+    #[pin]
+    client: Opaque<bindings::ib_sa_client>,
+}
+
+// SAFETY: The SA core serialises its use of the client (an atomic count and a completion).
+unsafe impl Send for SaClient {}
+// SAFETY: See above.
+unsafe impl Sync for SaClient {}
+
+impl SaClient {
+    /// Registers a new client.
+    pub fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                // SAFETY: `ib_sa_register_client` initialises the whole structure.
+                client <- Opaque::ffi_init(|p| unsafe { bindings::ib_sa_register_client(p) }),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn as_raw(&self) -> *mut bindings::ib_sa_client {
+        self.client.get()
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for SaClient {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: Registered since initialisation (type invariant); every query holds an
+        // `Arc` to us, so none of ours is left; this waits for the SA's own references.
+        unsafe { bindings::ib_sa_unregister_client(self.client.get()) };
+    }
+}
+
+impl PathRecord {
+    /// What an InfiniBand path query asks for: one reversible path from `sgid` to `dgid` in
+    /// partition `pkey`.
+    pub fn ib_query(sgid: &Gid, dgid: &Gid, pkey: u16) -> Self {
+        // SAFETY: `sa_path_rec` is integers, C enums and byte arrays.
+        let mut p: bindings::sa_path_rec = unsafe { core::mem::zeroed() };
+        p.rec_type = bindings::sa_path_rec_type_SA_PATH_REC_TYPE_IB;
+        p.sgid = bindings::ib_gid { raw: sgid.0 };
+        p.dgid = bindings::ib_gid { raw: dgid.0 };
+        p.pkey = pkey.to_be();
+        p.numb_path = 1;
+        p.reversible = 1;
+        Self(p)
+    }
+
+    /// The destination GID.
+    pub fn dgid(&self) -> Gid {
+        // SAFETY: Every bit pattern of the union is a valid byte array.
+        Gid(unsafe { self.0.dgid.raw })
+    }
+
+    /// The path MTU; `None` for a value no [`Mtu`] names.
+    pub fn mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(u32::from(self.0.mtu))
+    }
+}
+
+/// Receives the answer of a [`PathQuery`].
+pub trait PathHandler: Send + Sync + 'static {
+    /// The path found, or why there is none (`ETIMEDOUT`, `EIO`, `ENETUNREACH`, ...).
+    /// Runs in process context (the MAD layer's work queue), at most once per query.
+    fn path(&self, result: Result<&PathRecord>);
+}
+
+/// What a query shares with its callback.
+#[pin_data]
+struct QueryState<T> {
+    handler: Arc<T>,
+    /// Set by the owner before it cancels: the callback then skips the handler.
+    cancelled: AtomicBool,
+    /// Set by the callback when it has finished with the handler.
+    #[pin]
+    done: SpinLock<bool>,
+    #[pin]
+    finished: CondVar,
+}
+
+/// An asynchronous path record query to the SA.
+///
+/// Dropping it cancels the query and waits until its callback is over, so the handler never
+/// runs afterwards: do not drop it from its own handler.
+///
+/// # Invariants
+///
+/// `id` and `query` name a query started with `path_callback::<T>` and a context that is
+/// `state.into_foreign()`; the callback runs exactly once and releases that context.
+pub struct PathQuery<T: PathHandler> {
+    state: Arc<QueryState<T>>,
+    id: c_int,
+    query: *mut bindings::ib_sa_query,
+    _client: Arc<SaClient>,
+    _device: DeviceRef,
+}
+
+// SAFETY: The query is only passed to `ib_sa_cancel_query`, which may be called from any thread.
+unsafe impl<T: PathHandler> Send for PathQuery<T> {}
+// SAFETY: `&PathQuery` gives access to nothing.
+unsafe impl<T: PathHandler> Sync for PathQuery<T> {}
+
+impl<T: PathHandler> PathQuery<T> {
+    /// Asks the SA of `port` for the path `rec` describes (see [`PathRecord::ib_query`]);
+    /// `handler` gets the answer within about `timeout_ms`. `EOPNOTSUPP` on a port without
+    /// an SA (RoCE, iWARP).
+    pub fn start(
+        client: &Arc<SaClient>,
+        device: &Device,
+        port: u32,
+        rec: &PathRecord,
+        timeout_ms: u32,
+        handler: Arc<T>,
+    ) -> Result<Self> {
+        require_sa(device, port)?;
+        let device = device.get_ref()?;
+        let state = Arc::pin_init(
+            pin_init!(QueryState {
+                handler,
+                cancelled: AtomicBool::new(false),
+                done <- new_spinlock!(false, "PathQuery::done"),
+                finished <- new_condvar!("PathQuery::finished"),
+            }),
+            GFP_KERNEL,
+        )?;
+        let ctx = state.clone().into_foreign();
+        let mut rec = rec.0;
+        let mut query = core::ptr::null_mut();
+        // SAFETY: The client is registered, the device valid and `port` one of its ports
+        // (checked by `require_sa`); `rec` is copied by the SA; `ctx` stays valid until the
+        // callback releases it.
+        let id = unsafe {
+            bindings::ib_sa_path_rec_get(
+                client.as_raw(),
+                device.as_raw(),
+                port,
+                &mut rec,
+                PATH_DGID | PATH_SGID | PATH_NUMB_PATH | PATH_PKEY,
+                timeout_ms as _,
+                GFP_KERNEL.as_raw(),
+                Some(path_callback::<T>),
+                ctx.cast_mut(),
+                &mut query,
+            )
+        };
+        if id < 0 {
+            // SAFETY: The query was not started, so the callback will not run: the context
+            // is still ours.
+            drop(unsafe { <Arc<QueryState<T>> as ForeignOwnable>::from_foreign(ctx) });
+            return Err(Error::from_errno(id));
+        }
+        // INVARIANT: started with our callback and context.
+        Ok(Self {
+            state,
+            id,
+            query,
+            _client: client.clone(),
+            _device: device,
+        })
+    }
+}
+
+impl<T: PathHandler> Drop for PathQuery<T> {
+    fn drop(&mut self) {
+        self.state.cancelled.store(true, Ordering::SeqCst);
+        // SAFETY: `ib_sa_cancel_query` only acts if `id` still names `query`, so it is safe
+        // after the query has completed and been freed.
+        unsafe { bindings::ib_sa_cancel_query(self.id, self.query) };
+        let mut done = self.state.done.lock();
+        while !*done {
+            self.state.finished.wait(&mut done);
+        }
+    }
+}
+
+/// # Safety
+///
+/// Called by the SA only, once, for a query started by [`PathQuery::start`] with its context.
+unsafe extern "C" fn path_callback<T: PathHandler>(
+    status: c_int,
+    resp: *mut bindings::sa_path_rec,
+    num_prs: c_uint,
+    context: *mut c_void,
+) {
+    // SAFETY: The context is the `Arc` given up in `PathQuery::start`; this is its only release.
+    let state = unsafe { <Arc<QueryState<T>> as ForeignOwnable>::from_foreign(context) };
+    if !state.cancelled.load(Ordering::SeqCst) {
+        let result = if status == 0 && num_prs > 0 && !resp.is_null() {
+            // SAFETY: On success `resp` points to `num_prs` records valid for the call;
+            // `PathRecord` is a transparent wrapper.
+            Ok(unsafe { &*resp.cast::<PathRecord>() })
+        } else if status < 0 {
+            Err(Error::from_errno(status))
+        } else {
+            Err(EIO)
+        };
+        state.handler.path(result);
+    }
+    *state.done.lock() = true;
+    state.finished.notify_all();
+}
+
+/// How a port belongs to a multicast group (`join_state`, IBA 15.2.5.17).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JoinState {
+    /// Sends and receives.
+    FullMember = 1,
+    /// Sends only, without creating the group or receiving from it.
+    SendOnlyFullMember = 8,
+}
+
+/// A multicast member record (`struct ib_sa_mcmember_rec`) with the components it sets.
+#[derive(Clone, Copy)]
+pub struct McMemberRecord {
+    rec: bindings::ib_sa_mcmember_rec,
+    comp_mask: u64,
+    gid_type: bindings::ib_gid_type,
+}
+
+impl McMemberRecord {
+    fn zeroed() -> bindings::ib_sa_mcmember_rec {
+        // SAFETY: `ib_sa_mcmember_rec` is integers and byte arrays.
+        unsafe { core::mem::zeroed() }
+    }
+
+    /// What an InfiniBand port asks the SA to join group `mgid` in partition `pkey` with.
+    /// A group that does not exist yet also needs [`McMemberRecord::with_group_params`].
+    pub fn ib_join(mgid: &Gid, port_gid: &Gid, pkey: u16, join_state: JoinState) -> Self {
+        let mut rec = Self::zeroed();
+        rec.mgid = bindings::ib_gid { raw: mgid.0 };
+        rec.port_gid = bindings::ib_gid { raw: port_gid.0 };
+        rec.pkey = pkey.to_be();
+        rec.join_state = join_state as u8;
+        Self {
+            rec,
+            comp_mask: MC_MGID | MC_PORT_GID | MC_PKEY | MC_JOIN_STATE,
+            gid_type: bindings::ib_gid_type_IB_GID_TYPE_IB,
+        }
+    }
+
+    /// This join, creating its group with the parameters of `group` (Q_Key, MTU, rate,
+    /// service level, flow label, hop limit, traffic class), as IPoIB creates every group
+    /// like its broadcast group.
+    pub fn with_group_params(mut self, group: &McMemberRecord) -> Self {
+        let (r, g) = (&mut self.rec, &group.rec);
+        r.qkey = g.qkey;
+        r.mtu_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
+        r.mtu = g.mtu;
+        r.rate_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
+        r.rate = g.rate;
+        r.sl = g.sl;
+        r.flow_label = g.flow_label;
+        r.hop_limit = g.hop_limit;
+        r.traffic_class = g.traffic_class;
+        self.comp_mask |= MC_QKEY
+            | MC_MTU_SELECTOR
+            | MC_MTU
+            | MC_RATE_SELECTOR
+            | MC_RATE
+            | MC_SL
+            | MC_FLOW_LABEL
+            | MC_HOP_LIMIT
+            | MC_TRAFFIC_CLASS;
+        self
+    }
+
+    /// The record RoCE uses for group `mgid`, built locally as the RDMA CM does (there is no
+    /// SA to answer): sent from GID `port` with `qkey`, `mtu` and `hop_limit`.
+    pub fn roce(mgid: &Gid, port: &GidAttr, qkey: u32, mtu: Mtu, hop_limit: u8) -> Self {
+        let mut rec = Self::zeroed();
+        rec.mgid = bindings::ib_gid { raw: mgid.0 };
+        rec.port_gid = bindings::ib_gid { raw: port.gid().0 };
+        rec.qkey = qkey.to_be();
+        rec.pkey = 0xffffu16.to_be();
+        rec.mtu_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
+        rec.mtu = mtu as u8;
+        rec.rate_selector = bindings::ib_sa_selector_IB_SA_EQ as u8;
+        rec.rate = bindings::ib_rate_IB_RATE_PORT_CURRENT as u8;
+        rec.hop_limit = hop_limit;
+        rec.join_state = JoinState::FullMember as u8;
+        Self {
+            rec,
+            comp_mask: 0,
+            gid_type: port.gid_type(),
+        }
+    }
+
+    /// The group.
+    pub fn mgid(&self) -> Gid {
+        // SAFETY: Every bit pattern of the union is a valid byte array.
+        Gid(unsafe { self.rec.mgid.raw })
+    }
+
+    /// The group's Q_Key.
+    pub fn qkey(&self) -> u32 {
+        u32::from_be(self.rec.qkey)
+    }
+
+    /// The group's multicast LID (InfiniBand).
+    pub fn mlid(&self) -> u16 {
+        u16::from_be(self.rec.mlid)
+    }
+
+    /// The group's MTU; `None` for a value no [`Mtu`] names.
+    pub fn mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(u32::from(self.rec.mtu))
+    }
+
+    /// The group's service level.
+    pub fn sl(&self) -> u8 {
+        self.rec.sl
+    }
+
+    pub(crate) fn raw(&self) -> &bindings::ib_sa_mcmember_rec {
+        &self.rec
+    }
+
+    pub(crate) fn gid_type(&self) -> bindings::ib_gid_type {
+        self.gid_type
+    }
+}
+
+/// Receives the outcome of a [`McJoin`].
+pub trait McHandler: Send + Sync + 'static {
+    /// The join completed with the group's record, or failed (`ETIMEDOUT`, `EINVAL` for
+    /// parameters that differ from the group's); later `ENETRESET` means the group was lost
+    /// (e.g. the SM moved) and must be joined anew. Runs in process context (the SA's work
+    /// queue); may run more than once.
+    fn joined(&self, result: Result<&McMemberRecord>);
+}
+
+/// A membership of a multicast group through the SA; left when dropped.
+///
+/// Dropping waits until no callback runs (`ib_sa_free_multicast`): do not drop it from its
+/// own handler.
+///
+/// # Invariants
+///
+/// `mc` was returned by `ib_sa_join_multicast` with `mc_callback::<T>` and the context
+/// `ctx` (an `Arc<T>` given up), released only in `drop` after `ib_sa_free_multicast`.
+pub struct McJoin<T: McHandler> {
+    mc: NonNull<bindings::ib_sa_multicast>,
+    ctx: *const c_void,
+    _client: Arc<SaClient>,
+    _device: DeviceRef,
+    _handler: PhantomData<Arc<T>>,
+}
+
+// SAFETY: The membership may be freed from any thread; the context is `Send + Sync`.
+unsafe impl<T: McHandler> Send for McJoin<T> {}
+// SAFETY: `&McJoin` gives access to nothing.
+unsafe impl<T: McHandler> Sync for McJoin<T> {}
+
+impl<T: McHandler> McJoin<T> {
+    /// Asks the SA of `port` to join `rec`'s group (see [`McMemberRecord::ib_join`]);
+    /// `handler` hears the outcome. `EOPNOTSUPP` on a port without an SA (RoCE, where
+    /// [`McMemberRecord::roce`] stands in for the answer), `EINVAL` for a RoCE record.
+    pub fn start(
+        client: &Arc<SaClient>,
+        device: &Device,
+        port: u32,
+        rec: &McMemberRecord,
+        handler: Arc<T>,
+    ) -> Result<Self> {
+        require_sa(device, port)?;
+        if rec.comp_mask == 0 {
+            return Err(EINVAL);
+        }
+        let device = device.get_ref()?;
+        let ctx = handler.into_foreign();
+        let mut raw = rec.rec;
+        // SAFETY: The client is registered, the device valid and `port` one of its ports;
+        // `raw` is copied by the SA; `ctx` stays valid until released in `drop` (or below).
+        let mc = from_err_ptr(unsafe {
+            bindings::ib_sa_join_multicast(
+                client.as_raw(),
+                device.as_raw(),
+                port,
+                &mut raw,
+                rec.comp_mask,
+                GFP_KERNEL.as_raw(),
+                Some(mc_callback::<T>),
+                ctx.cast_mut(),
+            )
+        })
+        .and_then(|mc| NonNull::new(mc).ok_or(EINVAL));
+        match mc {
+            // INVARIANT: joined with our callback and context.
+            Ok(mc) => Ok(Self {
+                mc,
+                ctx,
+                _client: client.clone(),
+                _device: device,
+                _handler: PhantomData,
+            }),
+            Err(e) => {
+                // SAFETY: The join was not started: no callback has the context.
+                drop(unsafe { <Arc<T> as ForeignOwnable>::from_foreign(ctx) });
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<T: McHandler> Drop for McJoin<T> {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant `mc` is ours and freed only here; the call waits for
+        // running callbacks and no callback starts afterwards, so the context can go.
+        unsafe {
+            bindings::ib_sa_free_multicast(self.mc.as_ptr());
+            drop(<Arc<T> as ForeignOwnable>::from_foreign(self.ctx));
+        }
+    }
+}
+
+/// # Safety
+///
+/// Called by the SA only, for a membership made by [`McJoin::start`], before it is freed.
+unsafe extern "C" fn mc_callback<T: McHandler>(
+    status: c_int,
+    mc: *mut bindings::ib_sa_multicast,
+) -> c_int {
+    // SAFETY: `mc` is valid for the call; its context is the handler `McJoin` keeps until
+    // `ib_sa_free_multicast` has waited for this call.
+    let (mc, handler) = unsafe { (&*mc, <Arc<T> as ForeignOwnable>::borrow((*mc).context)) };
+    if status == 0 {
+        handler.joined(Ok(&McMemberRecord {
+            rec: mc.rec,
+            comp_mask: mc.comp_mask,
+            gid_type: bindings::ib_gid_type_IB_GID_TYPE_IB,
+        }));
+    } else {
+        handler.joined(Err(Error::from_errno(status)));
+    }
+    // Zero keeps the membership: only `McJoin::drop` frees it.
+    0
+}
