@@ -32,11 +32,13 @@ use kernel::{
     prelude::*,
     rdma::{
         ah::{AddressHandle, AhAttr},
+        cm::GidAttr,
         cq::{CompletionQueue, WcStatus, WorkCompletion},
         device::{Device, DeviceRef, Gid, Mtu, FW_VERSION_LEN},
         dma::{DmaBuffer, DmaDirection, MAX_SKB_SEGMENTS},
         pd::ProtectionDomain,
         qp::{QpCaps, QpType, QueuePair, State},
+        sa::McMemberRecord,
         srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, SpinLockBh},
@@ -336,16 +338,17 @@ impl UdPort {
             Some(_) => Some(Self::join_broadcast(device, port, &qp, &mgid)?),
             None => None,
         };
-        let bcast_ah = AddressHandle::new(
-            &pd,
-            &AhAttr::roce(
-                port,
-                GID_INDEX as u8,
-                &rdma_gid(&mgid),
-                1,
-                wire::multicast_mac(&mgid),
-            ),
-        )?;
+        // RoCE has no SA to answer a join with the group's record: it is made locally, as
+        // the RDMA CM does, and gives the route (the group's Ethernet address, one hop).
+        let port_gid = GidAttr::get(device, port, GID_INDEX)?;
+        let record = McMemberRecord::roce(
+            &rdma_gid(&mgid),
+            &port_gid,
+            wire::DEFAULT_QKEY,
+            facts.active_mtu,
+            1,
+        );
+        let bcast_ah = AddressHandle::new(&pd, &AhAttr::from_mcmember(device, port, &record)?)?;
 
         let recv_ring_posted = if pkey_index.is_some() { recv_ring } else { 0 };
         for _ in 0..recv_ring_posted {
