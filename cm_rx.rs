@@ -6,10 +6,15 @@
 //! the error state, and once the device reports that it took its last buffer from the
 //! shared queue (last WQE reached) the work item destroys it, so no buffer is lost with
 //! the queue pair mid-message.
+//!
+//! Without a shared receive queue each connection has a ring of its own, filled when it is
+//! accepted and freed with its queue pair; at most `max_nonsrq_conn_qp` such connections
+//! are accepted (further requests get a REJ, "no QP"), as in the C driver.
 
 use crate::{
     ipoib_cm::{now_ms, CmPort, RxSeen},
     netdev::MIN_MTU,
+    params,
     stats::bump,
     wire::CmPrivateData,
 };
@@ -19,6 +24,7 @@ use kernel::{
     rbtree::{RBTreeNode, RBTreeNodeReservation},
     rdma::{
         cm::{self, CmIdRef, Event, Handler, ListenHandler, QpState, Request},
+        dma::ScatterBuffer,
         qp::{QpEvent, QpEventHandler, QpType, QueuePair},
     },
     sync::Arc,
@@ -46,9 +52,12 @@ impl QpEventHandler for RxDrain {
     }
 }
 
-/// A connection a peer opened to us: its queue pair receives from the shared receive queue.
+/// A connection a peer opened to us: its queue pair receives from the shared receive queue,
+/// or into a ring of its own.
 pub(crate) struct RxConnection {
-    pub(crate) qp: Pin<KBox<QueuePair>>,
+    pub(crate) qp: Pin<KBox<QueuePair<ScatterBuffer>>>,
+    /// Whether the queue pair has its own ring (no shared receive queue).
+    pub(crate) own_ring: bool,
     pub(crate) port: Arc<CmPort>,
     pub(crate) drain: Arc<RxDrain>,
     /// Closed or failed: the work item destroys it once drained.
@@ -77,6 +86,11 @@ impl RxConnection {
         if !self.dead.swap(true, Ordering::AcqRel) {
             // Buffers this queue pair took come back flushed.
             let _ = self.qp.set_error();
+        }
+        if self.own_ring {
+            // No shared queue to give buffers back to: the ring goes with the queue pair,
+            // and completions still queued for it find no connection and are dropped.
+            self.drain.drained.store(true, Ordering::Release);
         }
         self.port.schedule_work();
     }
@@ -138,6 +152,23 @@ impl ListenHandler for CmListen {
             );
             return Err(EINVAL);
         };
+        let own_ring = port.srq.is_none();
+        let slot = if own_ring {
+            let Some(slot) = NonSrqSlot::take(port) else {
+                bump(&port.counters.cm_rx_rejected, 1);
+                crate::params::ipoib_dbg!(
+                    "{} port {}: connection request refused: {} connections with rings of their own (max_nonsrq_conn_qp)\n",
+                    port.name(),
+                    port.port,
+                    params::max_nonsrq_conn_qp()
+                );
+                let _ = req.id().send_rej(cm::REJ_NO_QP);
+                return Err(ENOSPC);
+            };
+            Some(slot)
+        } else {
+            None
+        };
         let drain = Arc::new(
             RxDrain {
                 drained: AtomicBool::new(false),
@@ -146,13 +177,19 @@ impl ListenHandler for CmListen {
             GFP_KERNEL,
         )?;
         // Nothing is sent, but a send queue must exist.
-        let qp = port.new_rc_qp(port.recv_cq.clone(), 1, Some(drain.clone()))?;
+        let ring = if own_ring { port.ring_size } else { 0 };
+        let qp = port.new_rc_qp(port.recv_cq.clone(), 1, Some(drain.clone()), ring)?;
+        for _ in 0..ring {
+            qp.post_recv(CmPort::recv_buffer(&port.device)?)
+                .map_err(|(e, _)| e)?;
+        }
         let psn = cm::random_psn();
         req.id().modify_qp_for_rep(&qp, psn)?;
         req.id().modify_qp(&qp, QpState::Rts)?;
         let conn = Arc::new(
             RxConnection {
                 qp,
+                own_ring,
                 port: port.clone(),
                 drain,
                 dead: AtomicBool::new(false),
@@ -170,14 +207,25 @@ impl ListenHandler for CmListen {
         let seen = RBTreeNode::new(conn.qp.id(), seen, GFP_KERNEL)?;
         let old = port.rx_seen.lock().insert(seen);
         drop(old);
+        let ring_node = match slot {
+            Some(_) => Some(RBTreeNode::new(conn.qp.id(), conn.clone(), GFP_KERNEL)?),
+            None => None,
+        };
         let mut rx = port.rx.lock();
         // Room first: once accepted, the identifier must be kept.
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let id = req.accept(conn.clone())?;
+        if let (Some(slot), Some(ring_node)) = (slot, ring_node) {
+            // Listed before the reply, so NAPI finds the ring of the first message; the
+            // place is given back when the connection is destroyed.
+            let old = port.rx_rings.lock().insert(ring_node);
+            drop(old);
+            slot.keep();
+        }
         let private = port.private_data();
-        // The requester retries forever when our shared receive queue runs dry, rather than
-        // failing the connection (the C driver passes the REQ's count, 0, on).
-        let replied = id.id().send_rep(&conn.qp, psn, &private, true, 7);
+        // The requester retries forever when our receive queue runs dry, rather than failing
+        // the connection (the C driver passes the REQ's count, 0, on).
+        let replied = id.id().send_rep(&conn.qp, psn, &private, !own_ring, 7);
         bump(&port.counters.cm_rx_accepted, u64::from(replied.is_ok()));
         crate::params::ipoib_dbg!(
             "{} port {}: connection from QPN 0x{:06x} (UD QPN 0x{:06x}) accepted on QPN 0x{:06x}\n",
@@ -200,5 +248,33 @@ impl ListenHandler for CmListen {
             conn.close();
         }
         Ok(())
+    }
+}
+
+/// A place among the `max_nonsrq_conn_qp` receive connections with rings of their own,
+/// given back if the connection is not made.
+struct NonSrqSlot<'a> {
+    port: &'a CmPort,
+}
+
+impl<'a> NonSrqSlot<'a> {
+    /// Takes a place, if one is free.
+    fn take(port: &'a CmPort) -> Option<Self> {
+        let max = params::max_nonsrq_conn_qp();
+        port.nonsrq_conns
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| Self { port })
+    }
+
+    /// The connection is made: the place is given back when it is destroyed.
+    fn keep(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for NonSrqSlot<'_> {
+    fn drop(&mut self) {
+        self.port.nonsrq_conns.fetch_sub(1, Ordering::AcqRel);
     }
 }

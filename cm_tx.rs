@@ -269,7 +269,7 @@ impl TxConnection {
         let events = Arc::new(TxCqEvents::new(port.napi.clone()), GFP_KERNEL)?;
         let ring = port.send_ring;
         let cq = CompletionQueue::new(&port.device, ring + 1, 0, events, crate::OWNER)?;
-        let qp = port.new_rc_qp(cq.clone(), ring, None)?;
+        let qp = port.new_rc_qp(cq.clone(), ring, None, 0)?;
         let sgid = GidAttr::get(&port.device, port.port, GID_INDEX)?;
         let path =
             PathRecord::roce_v2_link_local(&sgid.gid(), &Gid(self.dest.gid().0), port.path_mtu)?;

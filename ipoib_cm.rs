@@ -5,8 +5,9 @@
 //!
 //! A connection carries data one way. We open a transmit connection to a peer on the first
 //! packet for it; peers open receive connections to us through our listener. All receive
-//! connections take their buffers from one shared receive queue and complete on the
-//! interface's receive CQ; each transmit connection has its own send CQ. Connections are
+//! connections take their buffers from one shared receive queue (or, where the device has
+//! none or `cm_srq=0`, each from a ring of its own, at most `max_nonsrq_conn_qp` of them)
+//! and complete on the interface's receive CQ; each transmit connection has its own send CQ. Connections are
 //! made and destroyed in process context (the port's work item); NAPI only posts, polls
 //! and hands packets up. This file holds the per-interface state; the connections are in
 //! `cm_tx.rs` and `cm_rx.rs`.
@@ -19,7 +20,7 @@ use crate::{
     stats::{bump, Counters},
     wire::{self, CmPrivateData, HwAddr, CM_BUF_SIZE, HWADDR_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use kernel::{
     delay,
     net::{
@@ -37,7 +38,7 @@ use kernel::{
         device::{Device, DeviceRef, Mtu},
         dma::{DmaPage, ScatterBuffer},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpEventHandler, QpType, QueuePair},
+        qp::{QpCaps, QpEventHandler, QpType, QueuePair, RecvBuffer, SharedQueue},
         srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, Mutex, SpinLockBh},
@@ -78,7 +79,18 @@ pub(crate) struct CmPort {
     /// Sends a transmit connection's queue pair and CQ take: all the interface's credits.
     pub(crate) send_ring: u32,
     pub(crate) pd: Arc<ProtectionDomain>,
-    pub(crate) srq: Arc<SharedReceiveQueue<ScatterBuffer>>,
+    /// Where receive connections take their buffers from; `None`: from rings of their own.
+    pub(crate) srq: Option<Arc<SharedReceiveQueue<ScatterBuffer>>>,
+    /// Buffers of a receive connection's own ring (without a shared receive queue).
+    pub(crate) ring_size: u32,
+    /// Receive connections with rings of their own, counted against `max_nonsrq_conn_qp`
+    /// from the request on, until destroyed.
+    pub(crate) nonsrq_conns: AtomicUsize,
+    /// Receive connections with rings of their own, by queue pair: NAPI finds a
+    /// completion's buffer there. Removed before the connection is destroyed, so NAPI never
+    /// holds the last reference.
+    #[pin]
+    pub(crate) rx_rings: SpinLockBh<RBTree<QpId, Arc<RxConnection>>>,
     /// The interface's receive CQ, shared with the UD queue pair.
     pub(crate) recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
     pub(crate) credits: Arc<SendCredits>,
@@ -125,7 +137,8 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl CmPort {
-    /// Prepares connected mode for an interface: the shared receive queue, filled.
+    /// Prepares connected mode for an interface: the shared receive queue, filled, where the
+    /// device has one and `cm_srq` allows it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         device: &Device,
@@ -139,11 +152,16 @@ impl CmPort {
         counters: Arc<Counters>,
         napi: &NapiHandle,
     ) -> Result<Arc<Self>> {
-        let srq = SharedReceiveQueue::new(pd, srq_size, 1 + RX_PAGES as u32)?;
-        for _ in 0..srq_size {
-            let buf = ScatterBuffer::new(device, RX_HEAD, RX_PAGES, GFP_KERNEL)?;
-            srq.post_recv(buf).map_err(|(e, _)| e)?;
-        }
+        let srq = if params::CM_SRQ.get() && SharedReceiveQueue::supported(device) {
+            let srq = SharedReceiveQueue::new(pd, srq_size, 1 + RX_PAGES as u32)?;
+            for _ in 0..srq_size {
+                srq.post_recv(Self::recv_buffer(device)?)
+                    .map_err(|(e, _)| e)?;
+            }
+            Some(srq)
+        } else {
+            None
+        };
         let device = device.get_ref()?;
         Arc::pin_init(
             pin_init!(Self {
@@ -154,6 +172,9 @@ impl CmPort {
                 send_ring,
                 pd: pd.clone(),
                 srq,
+                ring_size: srq_size,
+                nonsrq_conns: AtomicUsize::new(0),
+                rx_rings <- new_spinlock_bh!(RBTree::new(), "CmPort::rx_rings"),
                 recv_cq,
                 credits,
                 counters,
@@ -184,27 +205,38 @@ impl CmPort {
         .to_bytes()
     }
 
-    /// A new RC queue pair on the shared receive queue, completing on `cq`, with room for
-    /// `send_wr` sends, reporting its events to `events`, in INIT: what both kinds of
-    /// connection start from.
-    pub(crate) fn new_rc_qp(
+    /// A receive buffer of connected mode: a head and pages, `CM_BUF_SIZE` bytes in all.
+    pub(crate) fn recv_buffer(device: &Device) -> Result<ScatterBuffer> {
+        ScatterBuffer::new(device, RX_HEAD, RX_PAGES, GFP_KERNEL)
+    }
+
+    /// A new RC queue pair completing on `cq`, with room for `send_wr` sends, reporting its
+    /// events to `events`, in INIT: what both kinds of connection start from. It receives
+    /// into a ring of its own of `own_ring` buffers (posted by the caller) if that is not
+    /// zero, else from the shared receive queue, if any.
+    pub(crate) fn new_rc_qp<B: RecvBuffer>(
         &self,
         cq: Arc<dyn RawCompletionQueue>,
         send_wr: u32,
         events: Option<Arc<dyn QpEventHandler>>,
-    ) -> Result<Pin<KBox<QueuePair>>> {
+        own_ring: u32,
+    ) -> Result<Pin<KBox<QueuePair<B>>>> {
         let caps = QpCaps {
             max_send_wr: send_wr,
-            max_recv_wr: 0,
+            max_recv_wr: own_ring,
             max_send_sge: crate::ipoib_ud::send_sges(&self.device),
-            max_recv_sge: 0,
+            max_recv_sge: if own_ring > 0 { 1 + RX_PAGES as u32 } else { 0 },
         };
-        let qp = QueuePair::with_events(
+        let srq = match own_ring {
+            0 => self.srq.clone().map(|s| s as Arc<dyn SharedQueue>),
+            _ => None,
+        };
+        let qp = QueuePair::with_buffers(
             QpType::Rc,
             &self.pd,
             cq.clone(),
             cq,
-            Some(self.srq.clone()),
+            srq,
             caps,
             events,
             crate::OWNER,
@@ -409,7 +441,7 @@ impl CmPort {
         for id in self.rx.lock().values() {
             let conn = id.handler();
             let seen = self.rx_seen.lock().get(&conn.qp.id()).copied();
-            writeln!(
+            write!(
                 out,
                 "rx peer-qpn 0x{:06x} peer-ud-qpn 0x{:06x} state {} qpn 0x{:06x} packets {} idle {} ms",
                 conn.peer_qpn,
@@ -419,6 +451,11 @@ impl CmPort {
                 seen.map_or(0, |s| s.packets),
                 seen.map_or(0, |s| now - s.last),
             )?;
+            if conn.own_ring {
+                writeln!(out, " recv ring {}", conn.qp.recvs_posted())?;
+            } else {
+                writeln!(out, " recv srq")?;
+            }
         }
         Ok(())
     }
@@ -430,9 +467,31 @@ impl CmPort {
         (tx, rx)
     }
 
-    /// Takes back the shared-receive-queue buffer `wc` completes, if it is one.
+    /// Takes back the buffer of a receive connection that `wc` completes, if it is one.
     pub(crate) fn complete_recv(&self, wc: &WorkCompletion) -> Option<ScatterBuffer> {
-        self.srq.complete_recv(wc)
+        match &self.srq {
+            Some(srq) => srq.complete_recv(wc),
+            None => self
+                .rx_rings
+                .lock()
+                .get(&wc.qp_id())
+                .and_then(|conn| conn.qp.complete_recv(wc)),
+        }
+    }
+
+    /// Gives `buf` back to the queue it came from, after a completion of `status` on
+    /// connection queue pair `qp`; returns whether that failed where it should not have.
+    fn repost(&self, buf: ScatterBuffer, qp: QpId, status: WcStatus) -> bool {
+        match &self.srq {
+            Some(srq) => srq.post_recv(buf).is_err(),
+            // A flushed buffer belongs to a closing connection: it goes with it.
+            None if matches!(status, WcStatus::Flushed) => false,
+            None => match self.rx_rings.lock().get(&qp) {
+                // A connection closing meanwhile refuses it; it goes.
+                Some(conn) => conn.qp.post_recv(buf).is_err() && !conn.is_dead(),
+                None => false,
+            },
+        }
     }
 
     /// Hands up a message that filled `len` bytes of `buf`: the head is copied into the
@@ -476,7 +535,7 @@ impl CmPort {
             WcStatus::Flushed => {}
             WcStatus::Error(_) => bump(&c.rx_errors, 1),
         }
-        if self.srq.post_recv(buf).is_err() {
+        if self.repost(buf, wc.qp_id(), wc.status()) {
             bump(&c.rx_errors, 1);
         }
     }
@@ -557,6 +616,11 @@ impl CmPort {
                 undrained += 1;
             }
             self.rx_seen.lock().remove(&conn.qp.id());
+            let ring = self.rx_rings.lock().remove(&conn.qp.id());
+            if ring.is_some() {
+                self.nonsrq_conns.fetch_sub(1, Ordering::AcqRel);
+            }
+            drop(ring);
             drop(id);
         }
         if undrained > 0 {

@@ -39,7 +39,6 @@ use kernel::{
         pd::ProtectionDomain,
         qp::{QpCaps, QpType, QueuePair, State},
         sa::McMemberRecord,
-        srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, SpinLockBh},
     time::msecs_to_jiffies,
@@ -294,7 +293,7 @@ impl UdPort {
             qp.ready(port, index, wire::DEFAULT_QKEY)?;
         }
         let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
-        let cm_capable = params::CM_ENABLED.get() && SharedReceiveQueue::supported(device);
+        let cm_capable = params::CM_ENABLED.get();
         let credits = Arc::new(SendCredits::new(send_ring), GFP_KERNEL)?;
         let cm = if cm_capable {
             let made = CmPort::new(

@@ -53,6 +53,32 @@ kernel::module_param!(
     "Receive buffers of the UD queue pair and of the connections' shared queue (default 128, 16..4096)"
 );
 
+kernel::module_param!(
+    /// Whether connected mode receives through one shared receive queue.
+    pub(crate) CM_SRQ,
+    "ib_ipoib",
+    "cm_srq",
+    bool,
+    true,
+    "Connected mode receives through one shared receive queue where the device has one (default 1); 0 gives each connection its own receive ring, as on devices without one"
+);
+
+kernel::module_param!(
+    /// Receive connections an interface accepts without a shared receive queue.
+    pub(crate) MAX_NONSRQ_CONN_QP,
+    "ib_ipoib",
+    "max_nonsrq_conn_qp",
+    u32,
+    128,
+    "Receive connections per interface without a shared receive queue, each with its own ring of recv_queue_size buffers (default 128, 0..4096)"
+);
+
+/// The cap on receive connections without a shared receive queue: the parameter within its
+/// range.
+pub(crate) fn max_nonsrq_conn_qp() -> usize {
+    MAX_NONSRQ_CONN_QP.get().min(4096) as usize
+}
+
 /// The send queue size in use: the parameter within its range.
 pub(crate) fn send_queue_size() -> u32 {
     SEND_QUEUE_SIZE.get().clamp(16, 1024)

@@ -12,7 +12,7 @@
 
 use super::{
     device::{Device, DeviceRef, Gid},
-    qp::{QpType, QueuePair},
+    qp::{QpType, QueuePair, RecvBuffer},
 };
 use crate::{
     bindings,
@@ -157,6 +157,8 @@ pub type RejReason = u32;
 /// The REJ reason for a request to a service nobody listens on.
 pub const REJ_INVALID_SERVICE_ID: RejReason =
     bindings::ib_cm_rej_reason_IB_CM_REJ_INVALID_SERVICE_ID;
+/// The REJ reason for a request refused for want of a queue pair (or its resources).
+pub const REJ_NO_QP: RejReason = bindings::ib_cm_rej_reason_IB_CM_REJ_NO_QP;
 /// The REJ reason a consumer gives when it declines a request.
 pub const REJ_CONSUMER_DEFINED: RejReason = bindings::ib_cm_rej_reason_IB_CM_REJ_CONSUMER_DEFINED;
 
@@ -224,7 +226,7 @@ impl CmIdRef {
     }
 
     /// Sends a connection request for `qp` (an RC queue pair in INIT).
-    pub fn send_req(&self, qp: &QueuePair, p: &ReqParams<'_>) -> Result {
+    pub fn send_req<B: RecvBuffer>(&self, qp: &QueuePair<B>, p: &ReqParams<'_>) -> Result {
         let (data, len) = Self::private(p.private_data)?;
         let mut path = p.path.0;
         // SAFETY: All-zero is a valid `ib_cm_req_param`.
@@ -255,9 +257,9 @@ impl CmIdRef {
     }
 
     /// Accepts a connection request with `qp` (moved to RTR beforehand), starting at `psn`.
-    pub fn send_rep(
+    pub fn send_rep<B: RecvBuffer>(
         &self,
-        qp: &QueuePair,
+        qp: &QueuePair<B>,
         psn: u32,
         private_data: &[u8],
         srq: bool,
@@ -322,18 +324,23 @@ impl CmIdRef {
     }
 
     /// Moves `qp` to `state` (RTR or RTS) with the attributes the CM negotiated.
-    pub fn modify_qp(&self, qp: &QueuePair, state: QpState) -> Result {
+    pub fn modify_qp<B: RecvBuffer>(&self, qp: &QueuePair<B>, state: QpState) -> Result {
         self.modify_qp_psn(qp, state, None)
     }
 
     /// Moves `qp` to RTR on the passive side before replying: the CM does not know the
     /// starting PSN of our reply yet, so the receive PSN is given here and must be the one
     /// passed to [`CmIdRef::send_rep`].
-    pub fn modify_qp_for_rep(&self, qp: &QueuePair, psn: u32) -> Result {
+    pub fn modify_qp_for_rep<B: RecvBuffer>(&self, qp: &QueuePair<B>, psn: u32) -> Result {
         self.modify_qp_psn(qp, QpState::Rtr, Some(psn & 0xff_ffff))
     }
 
-    fn modify_qp_psn(&self, qp: &QueuePair, state: QpState, rq_psn: Option<u32>) -> Result {
+    fn modify_qp_psn<B: RecvBuffer>(
+        &self,
+        qp: &QueuePair<B>,
+        state: QpState,
+        rq_psn: Option<u32>,
+    ) -> Result {
         // SAFETY: All-zero is a valid `ib_qp_attr`.
         let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
         attr.qp_state = match state {

@@ -26,7 +26,6 @@ use crate::{
     },
     ffi::{c_int, c_void},
     net::skb::SkBuff,
-    new_mutex, new_spinlock_bh,
     prelude::*,
     str::CStr,
     sync::{Arc, Mutex, SpinLockBh},
@@ -410,7 +409,7 @@ pub enum State {
 /// slot holds the buffer of a work request posted with that slot's `wr_id` that has not
 /// been completed through this object.
 #[pin_data(PinnedDrop)]
-pub struct QueuePair {
+pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     qp: NonNull<bindings::ib_qp>,
     qp_type: QpType,
     /// Scatter/gather entries a send may have, as the device granted.
@@ -420,7 +419,7 @@ pub struct QueuePair {
     #[pin]
     send: SpinLockBh<Slots<SendSlot>>,
     #[pin]
-    recv: RecvRing<DmaBuffer>,
+    recv: RecvRing<B>,
     /// Multicast groups attached, left before the queue pair is destroyed.
     #[pin]
     mcast: Mutex<KVec<Option<(Gid, u16)>>>,
@@ -432,9 +431,25 @@ pub struct QueuePair {
 }
 
 // SAFETY: The core allows a QP to be used from any thread; the slots are behind locks.
-unsafe impl Send for QueuePair {}
+unsafe impl<B: RecvBuffer> Send for QueuePair<B> {}
 // SAFETY: See above.
-unsafe impl Sync for QueuePair {}
+unsafe impl<B: RecvBuffer> Sync for QueuePair<B> {}
+
+/// The lock classes of every queue pair's send slots and multicast list, made outside
+/// generic code for the reason given at [`recv_ring_lock_class`].
+#[inline(never)]
+fn qp_lock_classes() -> [(&'static CStr, &'static crate::sync::LockClassKey); 2] {
+    [
+        (
+            crate::c_str!("QueuePair::send"),
+            crate::static_lock_class!(),
+        ),
+        (
+            crate::c_str!("QueuePair::mcast"),
+            crate::static_lock_class!(),
+        ),
+    ]
+}
 
 impl QueuePair {
     /// Creates a queue pair of type `qp_type` in `pd`, completing sends on `send_cq` and
@@ -456,6 +471,24 @@ impl QueuePair {
     /// until it is destroyed.
     #[allow(clippy::too_many_arguments)]
     pub fn with_events(
+        qp_type: QpType,
+        pd: &Arc<ProtectionDomain>,
+        send_cq: Arc<dyn RawCompletionQueue>,
+        recv_cq: Arc<dyn RawCompletionQueue>,
+        srq: Option<Arc<dyn SharedQueue>>,
+        caps: QpCaps,
+        events: Option<Arc<dyn QpEventHandler>>,
+        owner: &'static CStr,
+    ) -> Result<Pin<KBox<Self>>> {
+        Self::with_buffers(qp_type, pd, send_cq, recv_cq, srq, caps, events, owner)
+    }
+}
+
+impl<B: RecvBuffer> QueuePair<B> {
+    /// As [`QueuePair::with_events`], for a queue pair whose own receive queue takes
+    /// buffers of type `B` (a [`ScatterBuffer`] for messages larger than a page).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_buffers(
         qp_type: QpType,
         pd: &Arc<ProtectionDomain>,
         send_cq: Arc<dyn RawCompletionQueue>,
@@ -537,9 +570,15 @@ impl QueuePair {
             max_send_sge: (attr.cap.max_send_sge.max(caps.max_send_sge) as usize)
                 .min(MAX_SKB_SEGMENTS),
             serial,
-            send <- new_spinlock_bh!(send, "QueuePair::send"),
+            send <- {
+                let [(name, key), _] = qp_lock_classes();
+                SpinLockBh::new(send, name, key)
+            },
             recv <- recv,
-            mcast <- new_mutex!(KVec::new(), "QueuePair::mcast"),
+            mcast <- {
+                let [_, (name, key)] = qp_lock_classes();
+                Mutex::new(KVec::new(), name, key)
+            },
             pd: pd.clone(),
             srq,
             events,
@@ -723,7 +762,7 @@ impl QueuePair {
     pub fn reset(
         &self,
         mut send_back: impl FnMut(Sent),
-        recv_back: impl FnMut(DmaBuffer),
+        recv_back: impl FnMut(B),
     ) -> Result {
         let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
@@ -749,7 +788,7 @@ impl QueuePair {
     /// Posts `buf` to receive one message (on UD: 40 bytes of GRH space, then the
     /// datagram). On failure, or for a queue pair on an SRQ, the buffer comes back with the
     /// error.
-    pub fn post_recv(&self, buf: DmaBuffer) -> core::result::Result<(), (Error, DmaBuffer)> {
+    pub fn post_recv(&self, buf: B) -> core::result::Result<(), (Error, B)> {
         if self.srq.is_some() {
             return Err((EINVAL, buf));
         }
@@ -931,7 +970,7 @@ impl QueuePair {
 
     /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU;
     /// `None` if `wc` is not a receive completion of this queue pair's own receive queue.
-    pub fn complete_recv(&self, wc: &WorkCompletion) -> Option<DmaBuffer> {
+    pub fn complete_recv(&self, wc: &WorkCompletion) -> Option<B> {
         if wc.qp() != self.qp.as_ptr() {
             return None;
         }
@@ -949,7 +988,7 @@ impl QueuePair {
 }
 
 #[pinned_drop]
-impl PinnedDrop for QueuePair {
+impl<B: RecvBuffer> PinnedDrop for QueuePair<B> {
     fn drop(self: Pin<&mut Self>) {
         // The core refuses to destroy a queue pair still attached to a group.
         for (gid, lid) in self.mcast.lock().iter_mut().filter_map(Option::take) {
