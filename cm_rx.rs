@@ -262,7 +262,9 @@ impl<'a> NonSrqSlot<'a> {
     fn take(port: &'a CmPort) -> Option<Self> {
         let max = params::max_nonsrq_conn_qp();
         port.nonsrq_conns
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
             .ok()
             .map(|_| Self { port })
     }

@@ -15,8 +15,8 @@ use kernel::{
         ah::{AddressHandle, AhAttr},
         client::{self, Client},
         cm::{
-            self, CmId, CmIdRef, Event, GidAttr, ListenHandler, Listener, PathRecord, QpState,
-            ReqParams, Request,
+            self, CmId, CmIdRef, Event, GidAttr, GidType, ListenHandler, Listener, PathRecord,
+            QpState, ReqParams, Request,
         },
         cq::{CompletionHandler, CompletionQueue, WcOpcode, WcStatus, WorkCompletion},
         device::{Device, DeviceRef, Gid, Mtu},
@@ -355,6 +355,14 @@ fn multicast(a: &Endpoint, b: &Endpoint) -> Result {
 /// `a` reaches `b` through an address handle made from a RoCE v2 path record.
 fn path_ah(a: &Endpoint, b: &Endpoint) -> Result {
     let sgid = GidAttr::get(&a.device, PORT, a.gid_index)?;
+    if sgid.gid() != a.gid || sgid.gid_type() != GidType::RoceV2 {
+        pr_info!(
+            "# GID attribute {} of type {:?}\n",
+            sgid.gid(),
+            sgid.gid_type()
+        );
+        return Err(EINVAL);
+    }
     let path = PathRecord::roce_v2(&a.gid, &b.gid, Mtu::Mtu1024, [0; 6]);
     let with_sgid = AhAttr::from_path(&a.device, PORT, &path, Some(&sgid))?;
     let ah = AddressHandle::new(&a.pd, &with_sgid)?;
@@ -407,7 +415,8 @@ fn sa_on_roce(a: &Endpoint, b: &Endpoint) -> Result {
     let path = PathQuery::start(&client, &a.device, PORT, &rec, 1000, probe.clone());
     let join_rec = McMemberRecord::ib_join(&MGID, &a.gid, 0xffff, JoinState::FullMember);
     let join = McJoin::start(&client, &a.device, PORT, &join_rec, probe.clone());
-    let refused = matches!(path, Err(e) if e == EOPNOTSUPP) && matches!(join, Err(e) if e == EOPNOTSUPP);
+    let refused =
+        matches!(path, Err(e) if e == EOPNOTSUPP) && matches!(join, Err(e) if e == EOPNOTSUPP);
     let called = probe.called.load(Ordering::SeqCst);
     drop(probe);
     drop(client);
@@ -826,7 +835,7 @@ fn run(report: &mut Report) -> Result {
     );
 
     report.check(
-        "address handle from a RoCE v2 path record (with and without GID attribute)",
+        "address handle from a RoCE v2 path record (with and without GID attribute, its type RoCE v2)",
         path_ah(&a, &b),
     );
     report.check(
@@ -893,7 +902,11 @@ impl Client for RenameWatch {
 
     fn rename(_ctx: &(), device: &Device, renames: &AtomicU32) {
         let n = renames.fetch_add(1, Ordering::Relaxed) + 1;
-        pr_info!("# client: device renamed to {} (rename {})\n", device.name(), n);
+        pr_info!(
+            "# client: device renamed to {} (rename {})\n",
+            device.name(),
+            n
+        );
     }
 }
 

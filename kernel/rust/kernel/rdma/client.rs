@@ -8,8 +8,8 @@ use super::device::Device;
 use crate::{
     bindings, build_error,
     error::{code::EBUSY, code::EINVAL, to_result, Result, VTABLE_DEFAULT_ERROR},
-    prelude::vtable,
     ffi::{c_int, c_void},
+    prelude::vtable,
     str::CStr,
     sync::Arc,
     types::{ForeignOwnable, Opaque},

@@ -59,8 +59,17 @@ impl GidAttr {
         Gid(unsafe { (*self.0.as_ptr()).gid.raw })
     }
 
-    /// The entry's GID type (`enum ib_gid_type`): IB, RoCE v1 or RoCE v2.
-    pub(crate) fn gid_type(&self) -> bindings::ib_gid_type {
+    /// The entry's GID type.
+    pub fn gid_type(&self) -> GidType {
+        match self.raw_gid_type() {
+            bindings::ib_gid_type_IB_GID_TYPE_IB => GidType::Ib,
+            bindings::ib_gid_type_IB_GID_TYPE_ROCE => GidType::RoceV1,
+            _ => GidType::RoceV2,
+        }
+    }
+
+    /// The entry's GID type as the core names it (`enum ib_gid_type`).
+    pub(crate) fn raw_gid_type(&self) -> bindings::ib_gid_type {
         // SAFETY: By the type invariant the attributes are valid and immutable.
         unsafe { (*self.0.as_ptr()).gid_type }
     }
@@ -75,6 +84,17 @@ impl Drop for GidAttr {
         // SAFETY: By the type invariant we hold one reference, released once here.
         unsafe { bindings::rdma_put_gid_attr(self.0.as_ptr()) };
     }
+}
+
+/// What a GID table entry addresses: how packets from it are carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GidType {
+    /// InfiniBand (also the type of iWARP and OPA entries).
+    Ib,
+    /// RoCE v1: InfiniBand transport in Ethernet frames.
+    RoceV1,
+    /// RoCE v2: InfiniBand transport in UDP/IP.
+    RoceV2,
 }
 
 /// A path between two ports (`struct sa_path_rec`), as a connection request carries it.

@@ -759,11 +759,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// completing it: the buffers come back, sends to `send_back` and receives to
     /// `recv_back`. Completions of requests posted before, still queued in a CQ, match none
     /// posted afterwards. The queue pair is then brought up again like a new one.
-    pub fn reset(
-        &self,
-        mut send_back: impl FnMut(Sent),
-        recv_back: impl FnMut(B),
-    ) -> Result {
+    pub fn reset(&self, mut send_back: impl FnMut(Sent), recv_back: impl FnMut(B)) -> Result {
         let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
         let _ = self

@@ -360,7 +360,7 @@ impl McMemberRecord {
         Self {
             rec,
             comp_mask: 0,
-            gid_type: port.gid_type(),
+            gid_type: port.raw_gid_type(),
         }
     }
 
