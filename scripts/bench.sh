@@ -10,6 +10,11 @@
 # --scaling: one guest, TCP streams from 1, 8 and 64 connected-mode peers at once into one
 # interface (one_host_scaling_bench.sh): total throughput and kernel memory per peer count,
 # written to bench/results/scaling.json.
+#        scripts/bench.sh --profile [--from LOGDIR]
+# --profile: two guests, where a TCP_RR transaction's time goes in datagram and connected
+# mode (two_hosts_profile.sh): raw UD and RC verbs latency, TCP_RR, and a system-wide perf
+# profile of both hosts during TCP_RR (busy samples by module and function), written to
+# bench/results/profile.txt. IPOIB_RS_PROFILE_SECS sets the TCP_RR time (default 20).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -45,6 +50,44 @@ if [ "${1:-}" = --scaling ]; then
 		printf "  ]\n}\n" > json
 	}'
 	echo "wrote $dest/scaling.json"
+	echo "logs: $logs"
+	exit $rc
+fi
+if [ "${1:-}" = --profile ]; then
+	if [ "${2:-}" = --from ]; then
+		logs=${3:?usage: bench.sh --profile --from LOGDIR}
+	else
+		"$REPO/scripts/setup.sh"
+		"$REPO/scripts/build.sh"
+		"$REPO/scripts/initramfs.sh"
+		run=$(date +%Y%m%d-%H%M%S)-profile
+		IPOIB_RS_RUN=$run IPOIB_RS_VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-1800} \
+			IPOIB_RS_GUEST_ARGS="ipoibrs.profilesecs=${IPOIB_RS_PROFILE_SECS:-20}" \
+			"$REPO/scripts/vm.sh" two-hosts two_hosts_profile.sh || rc=$?
+		logs=$OUT/logs/$run
+	fi
+	lat=$(grep -ah '^# LAT ' "$logs"/host*.results | sed 's/^# //' || true)
+	prof=$(grep -ah '^# PROF ' "$logs"/host*.results | sed 's/^# //' || true)
+	[ -n "$lat" ] && [ -n "$prof" ] || die "no figures in $logs"
+	mkdir -p "$dest"
+	{
+		echo "# ipoib-rs: where TCP_RR time goes ($(date -u +%FT%TZ); logs $(basename "$logs"))"
+		echo "# LAT name value unit: raw verbs latency and netperf TCP_RR rates (client)"
+		echo "$lat"
+		echo "# PROF mode role dso|sym share name: % of busy (non-idle) perf samples during TCP_RR"
+		echo "$prof"
+	} >"$dest/profile.txt"
+	echo "$lat" | awk '{ printf "%-28s %10s %s\n", $2, $3, $4 }'
+	for mode in datagram connected; do
+		for role in client server; do
+			echo
+			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "busy" { printf "%s mode, %s: busy %s%% of samples; by module:\n", m, r, $5 }'
+			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "dso" && $5 >= 1 { printf "  %6.1f%%  %s\n", $5, $6 }'
+			echo "  top functions:"
+			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "sym" { n++; if (n <= 12) { s = $6; for (i = 7; i <= NF; i++) s = s " " $i; printf "  %6.1f%%  %s\n", $5, s } }'
+		done
+	done
+	echo "wrote $dest/profile.txt"
 	echo "logs: $logs"
 	exit $rc
 fi

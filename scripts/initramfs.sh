@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the guest's initramfs from host binaries: busybox, iproute2, rdma-core and perftest
-# tools, netperf, iperf3, bash, the rxe verbs provider, the built kernel modules, the
+# tools, netperf, iperf3, perf, bash, the rxe verbs provider, the built kernel modules, the
 # kselftest tree of the driver and the guest init. Output: $OUT/$FLAVOUR/initramfs.cpio
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -15,7 +15,7 @@ BINARIES=(
 	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong
 	/usr/bin/ib_send_bw /usr/bin/ib_send_lat /usr/bin/ib_write_bw
 	/usr/bin/netperf /usr/bin/netserver /usr/bin/iperf3
-	/usr/bin/timeout
+	/usr/bin/timeout /usr/bin/perf
 )
 
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,root,var/tmp}

@@ -45,11 +45,11 @@ start_guest() {
 progs=$(IFS=,; echo "$*")
 job="ipoibrs.job=selftests ipoibrs.progs=${progs:-}"
 # default_progs PREFIX: the kselftest programs of a topology, as the Makefile lists them
-# (the benchmark and the stress run only run when asked for).
+# (the benchmarks, the profile and the stress run only run when asked for).
 default_progs() {
 	sed -n 's/^[[:space:]]*\(TEST_PROGS :=\)\{0,1\}[[:space:]]*\([a-z_]*\.sh\).*/\2/p' \
 		"$REPO/tests/selftests/drivers/net/ipoib/Makefile" |
-		grep "^$1" | grep -v -e _bench.sh -e _stress.sh | paste -sd,
+		grep "^$1" | grep -v -e _bench.sh -e _stress.sh -e _profile.sh | paste -sd,
 }
 guests=()
 case "$topology" in
@@ -114,6 +114,13 @@ for g in "${guests[@]}"; do
 			[ "$cases" -gt 0 ] || report fail "$topology/$g: $prog" "passed without reporting any test" ;;
 		esac
 	done < <(tr -d '\r' <"$results" 2>/dev/null)
+	# Every program asked for must have run: one missing from the guest's kselftest tree
+	# (or never reached) is a failure, not silence.
+	wanted=${job#*ipoibrs.progs=}
+	for p in $(echo "${wanted%% *}" | tr , ' '); do
+		tr -d '\r' <"$results" 2>/dev/null | grep -aqx "# selftests: drivers/net/ipoib: $p" ||
+			report fail "$topology/$g: $p" "did not run$(grep -a -m 1 'No such test' "$results" | sed 's/^/: /')"
+	done
 
 	# KUnit runs the kernel crate's doctests at boot: the same in every guest, so read them
 	# from the first one. Ours are reported one by one, the rest as one suite line.

@@ -1,0 +1,104 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# A profile, not a test: scripts/bench.sh --profile runs it with IPOIB_PROFILE_SECS set;
+# without it the program skips. Where a TCP_RR transaction's time goes, in datagram mode
+# and in connected mode at MTU 65520: the raw verbs latency of UD and RC sends
+# (ib_send_lat, the floor under each mode), netperf TCP_RR over ib0, and on both hosts a
+# system-wide perf profile taken while TCP_RR runs (cpu-clock samples: TCG emulates no
+# PMU). The client prints "LAT <name> <value> <unit>" lines; both print
+# "PROF <mode> <role> dso|sym <share of busy samples %> <name>" lines, idle left out.
+. "$(dirname "$0")/lib.sh"
+
+SECS=${IPOIB_PROFILE_SECS:-}
+SYNC=5006 LAT_PORT=18517
+
+ktap_print_header
+two_hosts_roles IPOIB_PROFILE_SECS "a profile: scripts/bench.sh --profile runs it"
+if ! command -v perf >/dev/null; then
+	ktap_skip_all "perf is not in the guest (the host lacks Debian's linux-perf)"
+	exit "$KSFT_SKIP"
+fi
+ktap_set_plan 4
+ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+
+# Functions of the idle loop: samples in them are not work.
+IDLE='idle|safe_halt|cpuidle|mwait|poll_idle|do_idle'
+
+# report MODE FILE: the profile's busy samples by module and by function, as PROF lines.
+report() {
+	local mode=$1 file=$2
+	perf report -i "$file" --stdio -q --sort dso,sym --percent-limit 0 2>/dev/null |
+		awk -v mode="$mode" -v role="$role" -v idle="$IDLE" '
+		$1 ~ /%$/ {
+			pct = $1 + 0; dso = $2; sym = $4
+			for (i = 5; i <= NF; i++) sym = sym " " $i
+			if (sym ~ idle) next
+			busy += pct; bydso[dso] += pct; bysym[sym " " dso] += pct
+		}
+		END {
+			if (busy == 0) exit 1
+			printf "PROF %s %s busy %.1f all\n", mode, role, busy
+			for (d in bydso) printf "PROF %s %s dso %.1f %s\n", mode, role, 100 * bydso[d] / busy, d | "sort -k5 -rn"
+			close("sort -k5 -rn")
+			for (s in bysym) printf "PROF %s %s sym %.1f %s\n", mode, role, 100 * bysym[s] / busy, s | "sort -k5 -rn | head -n 25"
+		}'
+}
+
+# record MODE COMMAND...: a system-wide profile while COMMAND runs, then its report.
+record() {
+	local mode=$1
+	shift
+	perf record -a -e cpu-clock -F 499 -o "/tmp/perf.$mode" -- "$@" >/tmp/perf.out 2>&1 ||
+		{ cat /tmp/perf.out; return 1; }
+	report "$mode" "/tmp/perf.$mode"
+}
+
+# lat [ib_send_lat options]: the average one-way latency of 64-byte sends (us).
+lat() {
+	timeout 120 ib_send_lat -d rxe0 -p "$LAT_PORT" -s 64 -n 1000 "$@" "$peer" |
+		awk '$1 ~ /^[0-9]+$/ && NF >= 6 { v = $6 } END { if (v != "") print v }'
+}
+
+profile() {
+	local mode v
+	module_loaded && rmmod "$MODULE"
+	modprobe "$MODULE" && echo datagram >/sys/class/net/ib0/mode &&
+		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
+	if [ "$role" = server ]; then
+		netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+		# ib_send_lat servers for the client's UD and RC runs, in turn.
+		ib_send_lat -d rxe0 -p "$LAT_PORT" -s 64 -n 1000 -c UD >/dev/null 2>&1 &&
+			ib_send_lat -d rxe0 -p "$LAT_PORT" -s 64 -n 1000 -c RC >/dev/null 2>&1 || return 1
+		for mode in datagram connected; do
+			if [ "$mode" = connected ]; then
+				echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || return 1
+			fi
+			tell_peer "$SYNC" && wait_peer "$SYNC" 300 || return 1 # the client starts TCP_RR
+			record "$mode" sleep $((SECS + 2)) || return 1
+		done
+		tell_peer "$SYNC"
+		kill "$(pidof netserver)" 2>/dev/null
+	else
+		for mode in UD RC; do
+			v=$(wait_for 30 eval 'lat -c $mode | grep .') || return 1
+			echo "LAT raw_${mode,,}_send_lat $v us"
+		done
+		for mode in datagram connected; do
+			if [ "$mode" = connected ]; then
+				echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || return 1
+			fi
+			wait_peer "$SYNC" 300 && wait_for 60 ping -c 1 -W 2 "$ib_peer" || return 1
+			tell_peer "$SYNC" && sleep 1
+			record "$mode" bash -c "netperf_rr=\$(timeout 60 netperf -H $ib_peer -t TCP_RR -l $SECS -P 0 -- -o THROUGHPUT | tail -n 1); echo \"LAT ${mode}_tcp_rr \$netperf_rr trans/s\" >/tmp/rr.out" ||
+				return 1
+			cat /tmp/rr.out
+		done
+		wait_peer "$SYNC" 300
+	fi
+}
+ipoib_check "$role: latencies and profiles taken in both modes" profile
+ipoib_check "$role: module unloads" eval 'rmmod "$MODULE" && ! module_loaded'
+KLOG_MARK=0
+ipoib_check "$role: kernel log clean" klog_clean_since
+ktap_finished
