@@ -8,13 +8,15 @@
 //! the queue pair mid-message.
 //!
 //! Without a shared receive queue each connection has a ring of its own, filled when it is
-//! accepted and freed with its queue pair; at most `max_nonsrq_conn_qp` such connections
-//! are accepted (further requests get a REJ, "no QP"), as in the C driver.
+//! accepted (in the CM's request handler, as the C driver does: `recv_queue_size` buffers of
+//! 64 KiB) and freed with its queue pair, which closing puts in the error state and the work
+//! item destroys at once (there is no shared queue to drain into). At most
+//! `max_nonsrq_conn_qp` such connections are accepted (further requests get a REJ, "no QP"),
+//! as in the C driver.
 
 use crate::{
     ipoib_cm::{now_ms, CmPort, RxSeen},
     netdev::MIN_MTU,
-    params,
     stats::bump,
     wire::CmPrivateData,
 };
@@ -160,7 +162,7 @@ impl ListenHandler for CmListen {
                     "{} port {}: connection request refused: {} connections with rings of their own (max_nonsrq_conn_qp)\n",
                     port.name(),
                     port.port,
-                    params::max_nonsrq_conn_qp()
+                    port.nonsrq_max
                 );
                 let _ = req.id().send_rej(cm::REJ_NO_QP);
                 return Err(ENOSPC);
@@ -205,8 +207,6 @@ impl ListenHandler for CmListen {
             packets: 0,
         };
         let seen = RBTreeNode::new(conn.qp.id(), seen, GFP_KERNEL)?;
-        let old = port.rx_seen.lock().insert(seen);
-        drop(old);
         let ring_node = match slot {
             Some(_) => Some(RBTreeNode::new(conn.qp.id(), conn.clone(), GFP_KERNEL)?),
             None => None,
@@ -215,6 +215,9 @@ impl ListenHandler for CmListen {
         // Room first: once accepted, the identifier must be kept.
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let id = req.accept(conn.clone())?;
+        // Listed only once accepted: a refused request leaves nothing behind.
+        let old = port.rx_seen.lock().insert(seen);
+        drop(old);
         if let (Some(slot), Some(ring_node)) = (slot, ring_node) {
             // Listed before the reply, so NAPI finds the ring of the first message; the
             // place is given back when the connection is destroyed.
@@ -260,7 +263,7 @@ struct NonSrqSlot<'a> {
 impl<'a> NonSrqSlot<'a> {
     /// Takes a place, if one is free.
     fn take(port: &'a CmPort) -> Option<Self> {
-        let max = params::max_nonsrq_conn_qp();
+        let max = port.nonsrq_max;
         port.nonsrq_conns
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)

@@ -7,7 +7,8 @@
 //! packet for it; peers open receive connections to us through our listener. All receive
 //! connections take their buffers from one shared receive queue (or, where the device has
 //! none or `cm_srq=0`, each from a ring of its own, at most `max_nonsrq_conn_qp` of them)
-//! and complete on the interface's receive CQ; each transmit connection has its own send CQ. Connections are
+//! and complete on the interface's receive CQ; each transmit connection has its own send
+//! CQ. Connections are
 //! made and destroyed in process context (the port's work item); NAPI only posts, polls
 //! and hands packets up. This file holds the per-interface state; the connections are in
 //! `cm_tx.rs` and `cm_rx.rs`.
@@ -83,6 +84,9 @@ pub(crate) struct CmPort {
     pub(crate) srq: Option<Arc<SharedReceiveQueue<ScatterBuffer>>>,
     /// Buffers of a receive connection's own ring (without a shared receive queue).
     pub(crate) ring_size: u32,
+    /// Receive connections with rings of their own accepted at most: `max_nonsrq_conn_qp`,
+    /// or fewer if the receive CQ could not be made large enough for them.
+    pub(crate) nonsrq_max: usize,
     /// Receive connections with rings of their own, counted against `max_nonsrq_conn_qp`
     /// from the request on, until destroyed.
     pub(crate) nonsrq_conns: AtomicUsize,
@@ -145,14 +149,14 @@ impl CmPort {
         port: u32,
         local_qpn: u32,
         path_mtu: Mtu,
-        (send_ring, srq_size): (u32, u32),
+        (send_ring, srq_size, nonsrq_max): (u32, u32, usize),
         pd: &Arc<ProtectionDomain>,
         recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
         credits: Arc<SendCredits>,
         counters: Arc<Counters>,
         napi: &NapiHandle,
     ) -> Result<Arc<Self>> {
-        let srq = if params::CM_SRQ.get() && SharedReceiveQueue::supported(device) {
+        let srq = if Self::uses_srq(device) {
             let srq = SharedReceiveQueue::new(pd, srq_size, 1 + RX_PAGES as u32)?;
             for _ in 0..srq_size {
                 srq.post_recv(Self::recv_buffer(device)?)
@@ -173,6 +177,7 @@ impl CmPort {
                 pd: pd.clone(),
                 srq,
                 ring_size: srq_size,
+                nonsrq_max,
                 nonsrq_conns: AtomicUsize::new(0),
                 rx_rings <- new_spinlock_bh!(RBTree::new(), "CmPort::rx_rings"),
                 recv_cq,
@@ -203,6 +208,12 @@ impl CmPort {
             mtu: CM_BUF_SIZE,
         }
         .to_bytes()
+    }
+
+    /// Whether receive connections on `device` share one receive queue: where it has them,
+    /// unless `cm_srq=0`.
+    pub(crate) fn uses_srq(device: &Device) -> bool {
+        params::CM_SRQ.get() && SharedReceiveQueue::supported(device)
     }
 
     /// A receive buffer of connected mode: a head and pages, `CM_BUF_SIZE` bytes in all.

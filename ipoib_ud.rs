@@ -271,8 +271,29 @@ impl UdPort {
         // kept posted, on the UD queue pair and on the shared receive queue each.
         let (send_ring, recv_ring) = (params::send_queue_size(), params::recv_queue_size());
         let send_cq = CompletionQueue::new(device, send_ring + 1, 0, events.clone(), crate::OWNER)?;
-        // Receive connections complete here too, from the shared receive queue.
-        let recv_cq = CompletionQueue::new(device, 2 * recv_ring + 1, 0, events, crate::OWNER)?;
+        // Receive connections complete here too: from the shared receive queue, or each from
+        // a ring of its own, which needs room for `max_nonsrq_conn_qp` rings (as far as the
+        // device allows: the cap follows), as the C driver sizes it.
+        let cm_capable = params::CM_ENABLED.get();
+        let base_cqe = 2 * recv_ring + 1;
+        let nonsrq_max = if cm_capable && !CmPort::uses_srq(device) {
+            let room = device.max_cqe().saturating_sub(base_cqe) / recv_ring;
+            let max = params::max_nonsrq_conn_qp().min(room as usize);
+            if max < params::max_nonsrq_conn_qp() {
+                pr_info!(
+                    "{} port {}: room for {} receive connections only (max_nonsrq_conn_qp {})\n",
+                    device.name(),
+                    port,
+                    max,
+                    params::max_nonsrq_conn_qp()
+                );
+            }
+            max
+        } else {
+            0
+        };
+        let recv_cqe = base_cqe + nonsrq_max as u32 * recv_ring;
+        let recv_cq = CompletionQueue::new(device, recv_cqe, 0, events, crate::OWNER)?;
         let max_send_sge = send_sges(device);
         let caps = QpCaps {
             max_send_wr: send_ring,
@@ -293,7 +314,6 @@ impl UdPort {
             qp.ready(port, index, wire::DEFAULT_QKEY)?;
         }
         let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
-        let cm_capable = params::CM_ENABLED.get();
         let credits = Arc::new(SendCredits::new(send_ring), GFP_KERNEL)?;
         let cm = if cm_capable {
             let made = CmPort::new(
@@ -301,7 +321,7 @@ impl UdPort {
                 port,
                 qp.qp_num(),
                 facts.active_mtu,
-                (send_ring, recv_ring),
+                (send_ring, recv_ring, nonsrq_max),
                 &pd,
                 recv_cq.clone(),
                 credits.clone(),

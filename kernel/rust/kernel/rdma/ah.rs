@@ -6,7 +6,7 @@
 
 use super::{
     cm::{GidAttr, PathRecord},
-    device::{Device, Gid},
+    device::{Device, Gid, Protocol},
     pd::ProtectionDomain,
     sa::McMemberRecord,
 };
@@ -92,15 +92,22 @@ impl AhAttr {
         }
         let mut a = Self::zeroed();
         let mut raw = *rec.raw();
+        // On RoCE the source GID is looked up among the entries of the port's own network
+        // device: a VLAN device above it may have an entry with the same GID.
+        let ndev = match device.protocol(port)? {
+            Protocol::Roce => Some(device.netdev(port)?),
+            _ => None,
+        };
+        let ndev_raw = ndev.as_ref().map_or(core::ptr::null_mut(), |n| n.as_raw());
         // SAFETY: The device is valid and `port` one of its ports; `raw` and `a` are valid for
-        // the call. Without a network device the GID is looked up among all of the port's.
-        // On success `a` holds a GID attribute reference of its own.
+        // the call; `ndev_raw` is null or a network device we hold a reference to. On
+        // success `a` holds a GID attribute reference of its own.
         to_result(unsafe {
             bindings::ib_init_ah_from_mcmember(
                 device.as_raw(),
                 port,
                 &mut raw,
-                core::ptr::null_mut(),
+                ndev_raw,
                 rec.gid_type(),
                 &mut a,
             )

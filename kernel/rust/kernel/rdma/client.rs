@@ -44,7 +44,8 @@ pub trait Client: ClientVTableProvider + Sized + 'static {
     fn remove(ctx: &Self::Context, device: &Device, data: Self::DeviceData);
 
     /// `device`, which the client took on, has a new name (`rdma dev set NAME name NEW`),
-    /// already in effect. Optional.
+    /// already in effect. Optional. Runs with the core's device locks held for reading: it
+    /// must not register or unregister clients or devices.
     fn rename(
         _ctx: &Self::Context,
         _device: &Device,

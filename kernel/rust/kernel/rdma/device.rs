@@ -111,6 +111,13 @@ impl Device {
         u32::try_from(n).unwrap_or(0)
     }
 
+    /// Entries a completion queue may have on this device.
+    pub fn max_cqe(&self) -> u32 {
+        // SAFETY: As for `max_send_sge`.
+        let n = unsafe { (*self.as_raw()).attrs.max_cqe };
+        u32::try_from(n).unwrap_or(0)
+    }
+
     /// Returns the range of valid port numbers (1-based on every device but switches).
     pub fn ports(&self) -> RangeInclusive<u32> {
         // SAFETY: By the type invariant the device is valid.

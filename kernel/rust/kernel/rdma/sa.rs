@@ -150,7 +150,8 @@ struct QueryState<T> {
     handler: Arc<T>,
     /// Set by the owner before it cancels: the callback then skips the handler.
     cancelled: AtomicBool,
-    /// Set by the callback when it has finished with the handler.
+    /// Set by the callback when it has finished with the handler, before the SA frees the
+    /// query. The callback runs in process context, never under this lock's holder.
     #[pin]
     done: SpinLock<bool>,
     #[pin]
@@ -160,7 +161,8 @@ struct QueryState<T> {
 /// An asynchronous path record query to the SA.
 ///
 /// Dropping it cancels the query and waits until its callback is over, so the handler never
-/// runs afterwards: do not drop it from its own handler.
+/// runs afterwards. Callbacks of a port run one at a time on the MAD layer's work queue:
+/// do not drop a query from any SA handler (defer it to a work item).
 ///
 /// # Invariants
 ///
@@ -242,10 +244,13 @@ impl<T: PathHandler> PathQuery<T> {
 impl<T: PathHandler> Drop for PathQuery<T> {
     fn drop(&mut self) {
         self.state.cancelled.store(true, Ordering::SeqCst);
-        // SAFETY: `ib_sa_cancel_query` only acts if `id` still names `query`, so it is safe
-        // after the query has completed and been freed.
-        unsafe { bindings::ib_sa_cancel_query(self.id, self.query) };
         let mut done = self.state.done.lock();
+        if !*done {
+            // SAFETY: The callback has not finished (it sets `done` under this lock before
+            // returning to the SA, which frees the query only afterwards), so `query` is
+            // live and `id` still names it. The call does not sleep.
+            unsafe { bindings::ib_sa_cancel_query(self.id, self.query) };
+        }
         while !*done {
             self.state.finished.wait(&mut done);
         }
@@ -410,8 +415,8 @@ pub trait McHandler: Send + Sync + 'static {
 
 /// A membership of a multicast group through the SA; left when dropped.
 ///
-/// Dropping waits until no callback runs (`ib_sa_free_multicast`): do not drop it from its
-/// own handler.
+/// Dropping waits until no callback runs (`ib_sa_free_multicast`): do not drop it from any
+/// SA handler (defer it to a work item).
 ///
 /// # Invariants
 ///

@@ -11,7 +11,9 @@
 
 NS_PEER=ipoibpeer NS_KID=ipoibkid
 OURS=198.51.100.1 PEER=198.51.100.2 KID=198.51.100.3
-RING=32
+# 48 buffers a ring: the receive CQ needs 3 x 48 + 1 entries, which rxe rounds to 255; sized
+# for the UD ring alone (2 x 48 + 1) it would have 127.
+RING=48
 
 ktap_print_header
 if ! modinfo "$MODULE" >/dev/null 2>&1; then
@@ -28,9 +30,16 @@ params() {
 	modprobe "$MODULE" cm_srq=0 max_nonsrq_conn_qp=1 recv_queue_size=$RING debug_level=1 || return 1
 	local p=/sys/module/$MODULE/parameters
 	echo "cm_srq $(cat $p/cm_srq), max_nonsrq_conn_qp $(cat $p/max_nonsrq_conn_qp)"
-	[ "$(cat $p/cm_srq)" = N ] && [ "$(cat $p/max_nonsrq_conn_qp)" = 1 ]
+	[ "$(cat $p/cm_srq)" = N ] && [ "$(cat $p/max_nonsrq_conn_qp)" = 1 ] || return 1
+	# The receive CQ takes the UD ring's completions and those of the connections' rings:
+	# room for both rings (the UD QP's and one connection's), plus the C driver's slack.
+	local cqe
+	rdma res show cq dev rxe0 | grep "comm \[$MODULE\]"
+	cqe=$(rdma res show cq dev rxe0 | awk -v m="[$MODULE]" 'index($0, m) { for (i = 1; i < NF; i++) if ($i == "cqe" && $(i + 1) > max) max = $(i + 1) } END { print max + 0 }')
+	echo "largest CQ of $MODULE on rxe0: $cqe entries"
+	[ "$cqe" -ge $((3 * RING + 1)) ]
 }
-ipoib_check "modprobe $MODULE cm_srq=0 max_nonsrq_conn_qp=1: parameters shown" params
+ipoib_check "modprobe $MODULE cm_srq=0 max_nonsrq_conn_qp=1: parameters shown, receive CQ sized for the rings" params
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 kid=$ib_b.kid
 cm_file=/sys/kernel/debug/ipoib/${ib_a}_cm
