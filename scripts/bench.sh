@@ -4,7 +4,9 @@
 # IPoIB datagram mode and connected mode at MTU 65520 (netperf), each repeated
 # IPOIB_RS_BENCH_RUNS times (default 3). Prints a table of medians and spreads with the
 # ratios to raw RC bandwidth, and writes bench/results/latest.json (every figure with its
-# unit) and bench/results/latest.png (a chart, when gnuplot is installed).
+# unit) and bench/results/latest.png (a chart, when gnuplot is installed). Everything runs on
+# the bench kernel (IPOIB_RS_FLAVOUR=bench: the test kernel without its lock debugging,
+# built in a tree of its own on first use, about 15 minutes).
 # Usage: scripts/bench.sh [--from LOGDIR]   (--from: summarise an earlier run's logs again)
 #        scripts/bench.sh --scaling [--from LOGDIR]
 # --scaling: one guest, TCP streams from 1, 8 and 64 connected-mode peers at once into one
@@ -16,6 +18,8 @@
 # profile of both hosts during TCP_RR (busy samples by module and function), written to
 # bench/results/profile.txt. IPOIB_RS_PROFILE_SECS sets the TCP_RR time (default 20).
 set -euo pipefail
+# Figures come from the bench kernel (no lock debugging) unless a flavour is named.
+export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
 . "$(dirname "$0")/lib.sh"
 
 runs=${IPOIB_RS_BENCH_RUNS:-3}
@@ -83,6 +87,8 @@ if [ "${1:-}" = --profile ]; then
 			echo
 			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "busy" { printf "%s mode, %s: busy %s%% of samples; by module:\n", m, r, $5 }'
 			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "dso" && $5 >= 1 { printf "  %6.1f%%  %s\n", $5, $6 }'
+			echo "  by kind of work:"
+			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "kind" { printf "  %6.1f%%  %s\n", $5, $6 }'
 			echo "  top functions:"
 			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "sym" { n++; if (n <= 12) { s = $6; for (i = 7; i <= NF; i++) s = s " " $i; printf "  %6.1f%%  %s\n", $5, s } }'
 		done

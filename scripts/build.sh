@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the kernel (bzImage) and the ib_ipoib module, incrementally.
 # Usage: scripts/build.sh [make targets...]   (default: bzImage modules, then install them)
-# IPOIB_RS_FLAVOUR=debug builds the debug kernel (KASAN, kmemleak, lockdep) in its own tree.
+# IPOIB_RS_FLAVOUR=debug builds the debug kernel (KASAN, kmemleak, lockdep) in its own tree,
+# IPOIB_RS_FLAVOUR=bench the benchmark kernel (no lock debugging) in another.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -9,8 +10,11 @@ set -euo pipefail
 
 MAKE=(make -C "$KTREE" O="$KBUILD" LLVM=1 CLIPPY=1 -j"$(($(nproc) + 1))" -s)
 fragments=("$REPO/config/ipoib-rs.config")
-[ "$FLAVOUR" = debug ] && fragments+=("$REPO/config/debug.config")
-[ "$FLAVOUR" = default ] || [ "$FLAVOUR" = debug ] || die "unknown flavour $FLAVOUR"
+case "$FLAVOUR" in
+default) ;;
+debug | bench) fragments+=("$REPO/config/$FLAVOUR.config") ;;
+*) die "unknown flavour $FLAVOUR" ;;
+esac
 
 # Configure when the fragments (or the tree) changed since the last configuration.
 mkdir -p "$KBUILD"
@@ -21,18 +25,26 @@ if [ ! -f "$KBUILD/.config" ] || [ "$(cat "$KBUILD/.ipoib-rs-config" 2>/dev/null
 	(cd "$KBUILD" && "$KTREE/scripts/kconfig/merge_config.sh" -m -O "$KBUILD" \
 		"$KBUILD/.config" "${fragments[@]}" >/dev/null)
 	"${MAKE[@]}" olddefconfig >/dev/null
-	# Every option the fragments ask for must have survived olddefconfig.
+	# Every option the fragments ask for must have survived olddefconfig; where several
+	# fragments set one, the last one's word counts (as in merge_config.sh).
 	bad=0
+	declare -A asked=()
 	for f in "${fragments[@]}"; do
 		while IFS= read -r line; do
 			case "$line" in
-			CONFIG_*=*)
-				grep -qx "$line" "$KBUILD/.config" || { log "config: $line did not stick"; bad=1; } ;;
-			"# CONFIG_"*" is not set")
-				sym=${line#\# }; sym=${sym%% *}
-				! grep -q "^$sym=" "$KBUILD/.config" || { log "config: $sym should be off"; bad=1; } ;;
+			CONFIG_*=*) asked[${line%%=*}]=$line ;;
+			"# CONFIG_"*" is not set") sym=${line#\# }; asked[${sym%% *}]=$line ;;
 			esac
 		done <"$f"
+	done
+	for sym in "${!asked[@]}"; do
+		line=${asked[$sym]}
+		case "$line" in
+		CONFIG_*=*)
+			grep -qx "$line" "$KBUILD/.config" || { log "config: $line did not stick"; bad=1; } ;;
+		*)
+			! grep -q "^$sym=" "$KBUILD/.config" || { log "config: $sym should be off"; bad=1; } ;;
+		esac
 	done
 	[ "$bad" = 0 ] || die "kernel configuration incomplete (see above)"
 	echo "$want" >"$KBUILD/.ipoib-rs-config"
