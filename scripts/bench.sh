@@ -23,6 +23,7 @@ export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
 . "$(dirname "$0")/lib.sh"
 
 runs=${IPOIB_RS_BENCH_RUNS:-3}
+RUSTFILT_VERSION=0.2.1
 dest=$REPO/bench/results
 rc=0
 
@@ -70,8 +71,15 @@ if [ "${1:-}" = --profile ]; then
 			"$REPO/scripts/vm.sh" two-hosts two_hosts_profile.sh || rc=$?
 		logs=$OUT/logs/$run
 	fi
+	# Rust symbols are mangled in the kernel's symbol table: rustfilt makes them readable.
+	if ! "$TOOLS/bin/rustfilt" --version >/dev/null 2>&1; then
+		log "cargo install rustfilt $RUSTFILT_VERSION"
+		cargo +"$RUST_VERSION" install --locked --quiet --root "$TOOLS" \
+			rustfilt --version "$RUSTFILT_VERSION" || log "no rustfilt: Rust names stay mangled"
+	fi
+	demangle() { if [ -x "$TOOLS/bin/rustfilt" ]; then "$TOOLS/bin/rustfilt"; else cat; fi; }
 	lat=$(grep -ah '^# LAT ' "$logs"/host*.results | sed 's/^# //' || true)
-	prof=$(grep -ah '^# PROF ' "$logs"/host*.results | sed 's/^# //' || true)
+	prof=$(grep -ah '^# PROF ' "$logs"/host*.results | sed 's/^# //' | demangle || true)
 	[ -n "$lat" ] && [ -n "$prof" ] || die "no figures in $logs"
 	mkdir -p "$dest"
 	{

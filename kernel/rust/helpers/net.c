@@ -62,6 +62,12 @@ void rust_helper_dev_kfree_skb_any(struct sk_buff *skb)
 	dev_kfree_skb_any(skb);
 }
 
+/* An inline function when the kernel has no tracepoints. */
+void rust_helper_consume_skb(struct sk_buff *skb)
+{
+	consume_skb(skb);
+}
+
 int rust_helper_skb_cloned(const struct sk_buff *skb)
 {
 	return skb_cloned(skb);
