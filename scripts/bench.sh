@@ -16,7 +16,8 @@
 # --profile: two guests, where a TCP_RR transaction's time goes in datagram and connected
 # mode (two_hosts_profile.sh): raw UD and RC verbs latency, TCP_RR, and a system-wide perf
 # profile of both hosts during TCP_RR (busy samples by module and function), written to
-# bench/results/profile.txt. IPOIB_RS_PROFILE_SECS sets the TCP_RR time (default 20).
+# bench/results/profile.txt, with the RC retransmissions of connected-mode UDP streams at
+# Ethernet MTU 1500 and 9000. IPOIB_RS_PROFILE_SECS sets each run's time (default 20).
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}

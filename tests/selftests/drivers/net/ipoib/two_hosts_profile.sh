@@ -6,7 +6,8 @@
 # (ib_send_lat, the floor under each mode), netperf TCP_RR over ib0, and on both hosts a
 # system-wide perf profile taken while TCP_RR runs (cpu-clock samples: TCG emulates no
 # PMU). The client prints "LAT <name> <value> <unit>" lines (with the RoCE packets per
-# transaction); both print "PROF <mode> <role> dso|kind|sym <share of busy samples %> <name>"
+# transaction, and the RC retransmissions of connected-mode UDP streams at Ethernet MTU 1500
+# and 9000); both print "PROF <mode> <role> dso|kind|sym <share of busy samples %> <name>"
 # lines, idle left out.
 . "$(dirname "$0")/lib.sh"
 
@@ -19,7 +20,7 @@ if ! command -v perf >/dev/null; then
 	ktap_skip_all "perf is not in the guest (the host lacks Debian's linux-perf)"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 4
+ktap_set_plan 5
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
 
 # Functions of the idle loop: samples in them are not work.
@@ -101,7 +102,6 @@ profile() {
 			record "$mode" sleep $((SECS + 2)) || return 1
 		done
 		tell_peer "$SYNC"
-		kill "$(pidof netserver)" 2>/dev/null
 	else
 		for mode in UD RC; do
 			v=$(wait_for 30 eval 'lat -c $mode | grep .') || return 1
@@ -127,6 +127,33 @@ profile() {
 	fi
 }
 ipoib_check "$role: latencies and profiles taken in both modes" profile
+
+# losses: connected-mode UDP streams at Ethernet MTU 1500 and 9000 with rxe's loss counters
+# on the sender: RC has no congestion control, and every packet the virtual link drops makes
+# the sender go back to it and send the rest of its window again.
+losses() {
+	local mtu c=/sys/class/infiniband/rxe0/ports/1/hw_counters r0 n0 v
+	for mtu in 1500 9000; do
+		module_loaded && rmmod "$MODULE"
+		ip link set eth0 mtu "$mtu" && wait_for 20 port_active rxe0 1 && modprobe "$MODULE" &&
+			ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up && ip link set ib0 mtu 65520 &&
+			wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
+		if [ "$role" = server ]; then
+			tell_peer "$SYNC" && wait_peer "$SYNC" 300 || return 1
+		else
+			wait_peer "$SYNC" 120 && wait_for 60 ping -c 1 -W 2 -s 60000 "$ib_peer" || return 1
+			r0=$(cat $c/completer_retry_err) n0=$(cat $c/rcvd_seq_err)
+			v=$(timeout 60 netperf -H "$ib_peer" -t UDP_STREAM -l "$SECS" -P 0 -- -m 60000 -o THROUGHPUT | tail -n 1)
+			echo "LAT connected_udp_eth$mtu $v Mbit/s"
+			echo "LAT connected_rc_go_back_n_eth$mtu $(($(cat $c/completer_retry_err) - r0)) retries"
+			echo "LAT connected_rc_sequence_naks_eth$mtu $(($(cat $c/rcvd_seq_err) - n0)) NAKs"
+			tell_peer "$SYNC" || return 1
+		fi
+	done
+	ip link set eth0 mtu 1500
+}
+ipoib_check "$role: RC losses at Ethernet MTU 1500 and 9000" losses
+[ "$role" = server ] && kill "$(pidof netserver)" 2>/dev/null
 ipoib_check "$role: module unloads" eval 'rmmod "$MODULE" && ! module_loaded'
 KLOG_MARK=0
 ipoib_check "$role: kernel log clean" klog_clean_since
