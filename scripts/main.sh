@@ -20,7 +20,8 @@ for g in host0 host1; do
 done
 echo "== raw RC send bandwidth host1 -> host0 (ib_send_bw, 64 KiB messages)"
 grep -a -A1 '#bytes' "$logs/host1.results" | sed 's/^# *//; s/^/  /' || true
-echo "== netperf host1 -> host0, datagram then connected mode (5 s each; soft-RoCE under TCG: compare, don't quote)"
+echo "== netperf host1 -> host0, datagram then connected mode (5 s each; soft-RoCE under TCG, on the"
+echo "   test kernel with lockdep: compare, don't quote; scripts/bench.sh measures on the bench kernel)"
 grep -a 'NETPERF ' "$logs/host1.results" | sed 's/^.*NETPERF /  /' || true
 echo "== iperf3 host1 -> host0, connected mode, 8 streams"
 grep -a 'SUM.*receiver' "$logs/host1.results" | sed 's/^# *//; s/^/  /' || true

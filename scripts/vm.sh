@@ -34,7 +34,7 @@ start_guest() {
 	timeout --signal=KILL "$VM_TIMEOUT" qemu-system-x86_64 \
 		-accel tcg -m 2G -smp 2 -nodefaults -display none -no-reboot \
 		-kernel "$dest/bzImage" -initrd "$dest/initramfs.cpio" \
-		-append "console=ttyS0 loglevel=7 oops=panic panic=-1 rcupdate.rcu_cpu_stall_timeout=100 ipoibrs.host=$name $extra ${IPOIB_RS_GUEST_ARGS:-}" \
+		-append "console=ttyS0 loglevel=7 log_buf_len=16M oops=panic panic=-1 rcupdate.rcu_cpu_stall_timeout=100 ipoibrs.host=$name $extra ${IPOIB_RS_GUEST_ARGS:-}" \
 		-serial "file:$logs/$name.console" -serial "file:$logs/$name.results" \
 		-device isa-debug-exit,iobase=0xf4,iosize=0x04 \
 		"$@" >"$logs/$name.qemu" 2>&1 &

@@ -42,8 +42,20 @@ gid_index_link_local() {
 }
 
 # Kernel log bookmarks: klog_mark, then klog_since prints what was logged after it.
-klog_mark() { KLOG_MARK=$(dmesg | wc -l); }
-klog_since() { dmesg | tail -n +"$((KLOG_MARK + 1))"; }
+# The guests boot with a 16 MiB log buffer; should it wrap all the same, line counts no
+# longer mark a place, and klog_since reads the whole log rather than nothing.
+klog_mark() {
+	KLOG_MARK=$(dmesg | wc -l)
+	KLOG_FIRST=$(dmesg | head -n 1)
+}
+klog_since() {
+	if [ "${KLOG_MARK:-0}" != 0 ] && [ "$(dmesg | head -n 1)" != "${KLOG_FIRST:-}" ]; then
+		echo "klog: the kernel log wrapped since the mark; reading all of it" >&2
+		dmesg
+		return
+	fi
+	dmesg | tail -n +"$((KLOG_MARK + 1))"
+}
 
 # Reports of kernel trouble; any of these in the log fails a test.
 KLOG_TROUBLE='WARNING:|BUG:|Oops|Call Trace|circular locking|possible recursive locking|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection|Kernel panic|refcount_t:|inconsistent lock state|sleeping function called from invalid context|hung_task|soft lockup|before their queue pair drained'
