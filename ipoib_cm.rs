@@ -8,10 +8,9 @@
 //! connections take their buffers from one shared receive queue (or, where the device has
 //! none or `cm_srq=0`, each from a ring of its own, at most `max_nonsrq_conn_qp` of them)
 //! and complete on the interface's receive CQ; each transmit connection has its own send
-//! CQ. Connections are
-//! made and destroyed in process context (the port's work item); NAPI only posts, polls
-//! and hands packets up. This file holds the per-interface state; the connections are in
-//! `cm_tx.rs` and `cm_rx.rs`.
+//! CQ. Connections are made and destroyed in process context (the port's work item); NAPI
+//! only posts, polls and hands packets up. This file holds the per-interface state; the
+//! connections are in `cm_tx.rs` and `cm_rx.rs`.
 
 use crate::{
     cm_rx::{CmListen, RxConnection},
@@ -149,7 +148,7 @@ impl CmPort {
         port: u32,
         local_qpn: u32,
         path_mtu: Mtu,
-        (send_ring, srq_size, nonsrq_max): (u32, u32, usize),
+        (send_ring, recv_ring, nonsrq_max): (u32, u32, usize),
         pd: &Arc<ProtectionDomain>,
         recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
         credits: Arc<SendCredits>,
@@ -157,8 +156,8 @@ impl CmPort {
         napi: &NapiHandle,
     ) -> Result<Arc<Self>> {
         let srq = if Self::uses_srq(device) {
-            let srq = SharedReceiveQueue::new(pd, srq_size, 1 + RX_PAGES as u32)?;
-            for _ in 0..srq_size {
+            let srq = SharedReceiveQueue::new(pd, recv_ring, 1 + RX_PAGES as u32)?;
+            for _ in 0..recv_ring {
                 srq.post_recv(Self::recv_buffer(device)?)
                     .map_err(|(e, _)| e)?;
             }
@@ -176,7 +175,7 @@ impl CmPort {
                 send_ring,
                 pd: pd.clone(),
                 srq,
-                ring_size: srq_size,
+                ring_size: recv_ring,
                 nonsrq_max,
                 nonsrq_conns: AtomicUsize::new(0),
                 rx_rings <- new_spinlock_bh!(RBTree::new(), "CmPort::rx_rings"),

@@ -28,17 +28,26 @@ RUSTFILT_VERSION=0.2.1
 dest=$REPO/bench/results
 rc=0
 
+# run_guests NAME TOPOLOGY PROGRAM TIMEOUT [GUEST-ARGS]: sets up and builds, runs PROGRAM in
+# the guests of TOPOLOGY (IPOIB_RS_VM_TIMEOUT, else TIMEOUT seconds), and leaves the run's
+# log directory in logs (vm.sh's failure in rc).
+run_guests() {
+	"$REPO/scripts/setup.sh"
+	"$REPO/scripts/build.sh"
+	"$REPO/scripts/initramfs.sh"
+	local run
+	run=$(date +%Y%m%d-%H%M%S)-$1
+	IPOIB_RS_RUN=$run IPOIB_RS_VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-$4} \
+		IPOIB_RS_GUEST_ARGS=${5:-${IPOIB_RS_GUEST_ARGS:-}} \
+		"$REPO/scripts/vm.sh" "$2" "$3" || rc=$?
+	logs=$OUT/logs/$run
+}
+
 if [ "${1:-}" = --scaling ]; then
 	if [ "${2:-}" = --from ]; then
 		logs=${3:?usage: bench.sh --scaling --from LOGDIR}
 	else
-		"$REPO/scripts/setup.sh"
-		"$REPO/scripts/build.sh"
-		"$REPO/scripts/initramfs.sh"
-		run=$(date +%Y%m%d-%H%M%S)-scaling
-		IPOIB_RS_RUN=$run IPOIB_RS_VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-1800} \
-			"$REPO/scripts/vm.sh" one-host one_host_scaling_bench.sh || rc=$?
-		logs=$OUT/logs/$run
+		run_guests scaling one-host one_host_scaling_bench.sh 1800
 	fi
 	lines=$(grep -a '^# # SCALE ' "$logs/host0.results" | sed 's/^# # //' || true)
 	[ -n "$lines" ] || die "no figures in $logs/host0.results"
@@ -63,14 +72,8 @@ if [ "${1:-}" = --profile ]; then
 	if [ "${2:-}" = --from ]; then
 		logs=${3:?usage: bench.sh --profile --from LOGDIR}
 	else
-		"$REPO/scripts/setup.sh"
-		"$REPO/scripts/build.sh"
-		"$REPO/scripts/initramfs.sh"
-		run=$(date +%Y%m%d-%H%M%S)-profile
-		IPOIB_RS_RUN=$run IPOIB_RS_VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-1800} \
-			IPOIB_RS_GUEST_ARGS="ipoibrs.profilesecs=${IPOIB_RS_PROFILE_SECS:-20}" \
-			"$REPO/scripts/vm.sh" two-hosts two_hosts_profile.sh || rc=$?
-		logs=$OUT/logs/$run
+		run_guests profile two-hosts two_hosts_profile.sh 1800 \
+			"ipoibrs.profilesecs=${IPOIB_RS_PROFILE_SECS:-20}"
 	fi
 	# Rust symbols are mangled in the kernel's symbol table: rustfilt makes them readable.
 	if ! "$TOOLS/bin/rustfilt" --version >/dev/null 2>&1; then
@@ -109,14 +112,7 @@ fi
 if [ "${1:-}" = --from ]; then
 	logs=${2:?usage: bench.sh --from LOGDIR}
 else
-	"$REPO/scripts/setup.sh"
-	"$REPO/scripts/build.sh"
-	"$REPO/scripts/initramfs.sh"
-	run=$(date +%Y%m%d-%H%M%S)-bench
-	IPOIB_RS_RUN=$run IPOIB_RS_VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-3000} \
-		IPOIB_RS_GUEST_ARGS="ipoibrs.benchruns=$runs" \
-		"$REPO/scripts/vm.sh" two-hosts two_hosts_bench.sh || rc=$?
-	logs=$OUT/logs/$run
+	run_guests bench two-hosts two_hosts_bench.sh 3000 "ipoibrs.benchruns=$runs"
 fi
 lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
 runs=$(echo "$lines" | awk '{ if ($4 > n) n = $4 } END { print n + 0 }')

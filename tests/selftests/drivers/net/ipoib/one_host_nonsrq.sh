@@ -73,13 +73,16 @@ big_pings() {
 # rx_lines: our receive connections that are up.
 rx_lines() { grep "^rx .* state live " "$cm_file"; }
 
-first_peer() {
-	wait_for 30 ip netns exec "$NS_PEER" ping -c 1 -W 1 "$OURS" || return 1
-	big_pings "$NS_PEER" || return 1
+# connects NS: the interface in NS reaches us, with 60000-byte pings unfragmented, over our
+# one receive connection, which has a ring of its own.
+connects() {
+	wait_for 30 ip netns exec "$1" ping -c 1 -W 1 "$OURS" || return 1
+	big_pings "$1" || return 1
 	cat "$cm_file"
 	[ "$(rx_lines | wc -l)" = 1 ] && rx_lines | grep -q " recv ring $RING\$"
 }
-ipoib_check "first peer: 60000-byte pings over a receive connection with its own ring of $RING" first_peer
+ipoib_check "first peer: 60000-byte pings over a receive connection with its own ring of $RING" \
+	connects "$NS_PEER"
 
 # An 8 MiB TCP transfer to the peer, checked end to end: data over our transmit connection
 # into the peer's ring, acknowledgements back into ours.
@@ -114,10 +117,7 @@ ipoib_check "second peer refused while the first holds the one place (REJ no QP,
 second_after_first() {
 	ip netns exec "$NS_PEER" sh -c "echo datagram > /sys/class/net/$ib_b/mode" || return 1
 	wait_for 20 eval '[ "$(rx_lines | wc -l)" = 0 ]' || { cat "$cm_file"; return 1; }
-	wait_for 30 ip netns exec "$NS_KID" ping -c 1 -W 1 "$OURS" || return 1
-	big_pings "$NS_KID" || return 1
-	cat "$cm_file"
-	[ "$(rx_lines | wc -l)" = 1 ] && rx_lines | grep -q " recv ring $RING\$"
+	connects "$NS_KID"
 }
 ipoib_check "first peer to datagram mode: its connection closed, the second peer connects" second_after_first
 
