@@ -67,4 +67,15 @@ if [ $# -eq 0 ]; then
 	rm -rf "$dest/modroot"
 	mv "$dest/modroot.tmp" "$dest/modroot"
 	cp "$KBUILD/arch/x86/boot/bzImage" "$dest/bzImage"
+
+	# The upstream C ipoib, the control on the InfiniBand fabric (rxe_ib): built from the
+	# pristine sources as an external module, with connected mode and its debugfs files.
+	# It has our module's name, so the guests load it by path (/opt/ipoib-c), never both.
+	cipoib=$CACHE/ipoib-c-$FLAVOUR
+	mkdir -p "$cipoib"
+	rsync -a --delete "$SRC/drivers/infiniband/ulp/ipoib/" "$cipoib/"
+	"${MAKE[@]}" M="$cipoib" CONFIG_INFINIBAND_IPOIB=m CONFIG_INFINIBAND_IPOIB_CM=y \
+		CONFIG_INFINIBAND_IPOIB_DEBUG=y \
+		KCFLAGS="-DCONFIG_INFINIBAND_IPOIB_CM=1 -DCONFIG_INFINIBAND_IPOIB_DEBUG=1" modules
+	cp "$cipoib/ib_ipoib.ko" "$dest/ipoib-c.ko"
 fi

@@ -5,6 +5,7 @@
 #   0001 bindings and C helpers   0002 core crate additions (sync, workqueue, debugfs, ...)
 #   0003 net abstractions         0004 RDMA abstractions
 #   0005 the driver               0006 the selftests
+#   0007 rxe_ib, an InfiniBand link layer for soft-RoCE (test infrastructure only)
 # The commit messages are the patches' headers; the author and sign-off are those of the
 # repository's last commit unless IPOIB_RS_AUTHOR="Name <email>" says otherwise.
 # Usage: scripts/export-patches.sh [OUTDIR]   (default: $IPOIB_RS_CACHE/out/patches)
@@ -24,6 +25,7 @@ part_of() {
 	rust/kernel/rdma.rs | rust/kernel/rdma/*) echo 0004 ;;
 	drivers/infiniband/ulp/ipoib_rs/*) echo 0005 ;;
 	tools/testing/selftests/drivers/net/ipoib/*) echo 0006 ;;
+	drivers/infiniband/sw/rxe/*) echo 0007 ;;
 	*) echo none ;;
 	esac
 }

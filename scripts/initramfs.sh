@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the guest's initramfs from host binaries: busybox, iproute2, rdma-core and perftest
-# tools, netperf, iperf3, perf, bash, the rxe verbs provider, the built kernel modules, the
+# tools, netperf, iperf3, perf, bash, opensm and infiniband-diags, the rxe verbs provider, the built kernel modules, the
 # kselftest tree of the driver and the guest init. Output: $OUT/$FLAVOUR/initramfs.cpio
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -16,6 +16,8 @@ BINARIES=(
 	/usr/bin/ib_send_bw /usr/bin/ib_send_lat /usr/bin/ib_write_bw
 	/usr/bin/netperf /usr/bin/netserver /usr/bin/iperf3
 	/usr/bin/timeout /usr/bin/perf
+	/usr/sbin/opensm /usr/sbin/smpquery /usr/sbin/sminfo /usr/sbin/ibnetdiscover
+	/usr/sbin/saquery /usr/sbin/ibstat /usr/sbin/ibaddr
 )
 
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,root,var/tmp}
@@ -56,8 +58,10 @@ printf 'root:x:0:\n' >"$root/etc/group"
 printf '127.0.0.1 localhost\n' >"$root/etc/hosts"
 printf 'netperf 12865/tcp\n' >"$root/etc/services"
 
-# Kernel modules, with the depmod data modules_install wrote.
+# Kernel modules, with the depmod data modules_install wrote; the C ipoib apart from them.
 cp -a "$dest/modroot/lib/modules" "$root/lib/"
+mkdir -p "$root/opt/ipoib-c" "$root/var/cache/opensm" "$root/var/log"
+cp "$dest/ipoib-c.ko" "$root/opt/ipoib-c/ib_ipoib.ko"
 
 # The kselftests, installed by the kernel's kselftest build from the tree the patch series
 # lays out (tools/testing/selftests/drivers/net/ipoib), with the kselftest runner.

@@ -89,7 +89,7 @@ done < <("$REPO/scripts/check-patches.sh")
 
 # Guests.
 stamp=$(date +%Y%m%d-%H%M%S)
-for topology in one-host two-hosts; do
+for topology in one-host two-hosts two-hosts-ib; do
 	IPOIB_RS_RUN=$stamp-$topology "$REPO/scripts/vm.sh" "$topology"
 	counts=$OUT/logs/$stamp-$topology/counts
 	if [ -f "$counts" ]; then

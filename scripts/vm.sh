@@ -3,6 +3,8 @@
 #
 #   scripts/vm.sh one-host [PROG...]   one guest: veth pair, two rxe devices
 #   scripts/vm.sh two-hosts [PROG...]  two guests joined by -netdev dgram on 127.0.0.1
+#   scripts/vm.sh two-hosts-ib [PROG...]  the same two guests as an InfiniBand fabric
+#                                      (rxe_ib, opensm on host0, the C ipoib as control)
 #
 # Each guest's serial console (kernel log) and result channel are kept under
 # $OUT/logs/<run>/. A guest that does not boot and finish, or whose console shows an Oops,
@@ -12,7 +14,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-topology=${1:?usage: vm.sh one-host|two-hosts [PROG...]}
+topology=${1:?usage: vm.sh one-host|two-hosts|two-hosts-ib [PROG...]}
 shift
 dest=$OUT/$FLAVOUR
 for f in bzImage initramfs.cpio; do
@@ -44,12 +46,14 @@ start_guest() {
 
 progs=$(IFS=,; echo "$*")
 job="ipoibrs.job=selftests ipoibrs.progs=${progs:-}"
-# default_progs PREFIX: the kselftest programs of a topology, as the Makefile lists them
-# (the benchmarks, the profile and the stress run only run when asked for).
+# default_progs PREFIX [EXCLUDED]: the kselftest programs of a topology, as the Makefile
+# lists them, less those starting with EXCLUDED (the benchmarks, the profile and the
+# stress run only run when asked for).
 default_progs() {
 	sed -n 's/^[[:space:]]*\(TEST_PROGS :=\)\{0,1\}[[:space:]]*\([a-z_]*\.sh\).*/\2/p' \
 		"$REPO/tests/selftests/drivers/net/ipoib/Makefile" |
-		grep "^$1" | grep -v -e _bench.sh -e _stress.sh -e _profile.sh | paste -sd,
+		grep "^$1" | grep -v "^${2:-//}" | grep -v -e _bench.sh -e _stress.sh -e _profile.sh |
+		paste -sd,
 }
 guests=()
 case "$topology" in
@@ -58,8 +62,14 @@ one-host)
 	start_guest host0 "$job"
 	guests=(host0)
 	;;
-two-hosts)
-	[ -n "$progs" ] || job="ipoibrs.job=selftests ipoibrs.progs=$(default_progs two_hosts)"
+two-hosts | two-hosts-ib)
+	if [ -z "$progs" ]; then
+		if [ "$topology" = two-hosts ]; then
+			job="ipoibrs.job=selftests ipoibrs.progs=$(default_progs two_hosts two_hosts_ib)"
+		else
+			job="ipoibrs.job=selftests ipoibrs.progs=$(default_progs two_hosts_ib)"
+		fi
+	fi
 	# Two UDP ports on loopback, one per guest end of the link.
 	base=$((20000 + RANDOM % 20000))
 	pa=$base pb=$((base + 1))

@@ -245,3 +245,55 @@ ktap_relay() {
 		esac
 	done <<<"$1"
 }
+
+# The InfiniBand fabric (rxe_ib): port 1 of IB_DEV, on eth0 of each of two hosts joined back
+# to back, brought up by opensm on the server; the C ipoib is the control.
+IB_DEV=ibp0
+C_IPOIB=/opt/ipoib-c/ib_ipoib.ko
+OPENSM_PARTITIONS=/tmp/partitions.conf
+ib_port() { cat "/sys/class/infiniband/$IB_DEV/ports/1/$1" 2>/dev/null; }
+ib_port_is() { ib_port state | grep -q ": $1\$"; }
+# hex_of FILE-VALUE: "0x1a" or "1a" or "5054:00ff:fe00:0001" as one lower-case hex word
+hex_of() { printf '%x' "0x$(echo "${1#0x}" | tr -d :)"; }
+ib_lid() { hex_of "$(ib_port lid)"; }
+ib_port_guid() { ib_port gids/0 | cut -d: -f5- | tr -d :; }
+# ib_fabric_topology: eth0 up with IPOIB_LOCAL_IP/24 (the hosts' rendezvous) and IB_DEV on
+# it, with this host's name as its node description; waits for the port to train to INIT.
+ib_fabric_topology() {
+	[ -d "/sys/class/infiniband/$IB_DEV" ] && return 0
+	ip addr add "$IPOIB_LOCAL_IP/24" dev eth0 && ip link set eth0 up || return 1
+	rdma link add "$IB_DEV" type rxe_ib netdev eth0 || return 1
+	hostname >"/sys/class/infiniband/$IB_DEV/node_desc"
+	wait_for 10 ib_port_is INIT
+}
+# opensm_start: the subnet manager on this host's port, in the foreground of a background
+# job under a time limit, with the partitions of the tests: the default one and 0x8001,
+# each with an IPoIB broadcast group of MTU 1024 (code 3: Ethernet MTU 1500 gives rxe_ib a
+# 1024-byte IB MTU). Sweeps every 2 s; transactions may take 1 s under TCG.
+opensm_start() {
+	[ -f "$OPENSM_PARTITIONS" ] || cat >"$OPENSM_PARTITIONS" <<'PARTITIONS'
+Default=0x7fff, ipoib, mtu=3, defmember=full : ALL=full ;
+P8001=0x8001, ipoib, mtu=3 : ALL=full ;
+PARTITIONS
+	timeout 1200 opensm -g "0x$(ib_port_guid)" -P "$OPENSM_PARTITIONS" -f /tmp/opensm.log \
+		-s 2 -t 1000 --retries 7 </dev/null >/tmp/opensm.out 2>&1 3>&- 4>&- &
+	OPENSM_PID=$!
+}
+opensm_stop() {
+	[ -n "${OPENSM_PID:-}" ] || return 0
+	kill "$OPENSM_PID" 2>/dev/null
+	wait "$OPENSM_PID" 2>/dev/null
+	OPENSM_PID=
+}
+# both_at PORT [SECONDS]: a rendezvous of the two hosts over eth0.
+both_at() {
+	if [ "$role" = server ]; then
+		wait_peer "$1" "${2:-180}"
+	else
+		wait_for "${2:-180}" eval "echo go 2>/dev/null >/dev/tcp/\$peer/$1"
+	fi
+}
+# rxe_counter NAME: the hardware counter NAME of IB_DEV's port.
+rxe_counter() {
+	rdma statistic show link "$IB_DEV/1" | tr ' ' '\n' | awk -v n="$1" 'hit { print; exit } $0 == n { hit = 1 }'
+}
