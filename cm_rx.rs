@@ -15,10 +15,10 @@
 //! as in the C driver.
 
 use crate::{
-    ipoib_cm::{now_ms, CmPort, RxSeen},
-    netdev::MIN_MTU,
-    stats::bump,
-    wire::CmPrivateData,
+    ipoib_cm::{CmPort, RxSeen},
+    srq,
+    stats::{bump, now_ms},
+    wire::{CmPrivateData, MIN_MTU},
 };
 use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use kernel::{
@@ -182,7 +182,7 @@ impl ListenHandler for CmListen {
         let ring = if own_ring { port.ring_size } else { 0 };
         let qp = port.new_rc_qp(port.recv_cq.clone(), 1, Some(drain.clone()), ring)?;
         for _ in 0..ring {
-            qp.post_recv(CmPort::recv_buffer(&port.device)?)
+            qp.post_recv(srq::recv_buffer(&port.device)?)
                 .map_err(|(e, _)| e)?;
         }
         let psn = cm::random_psn();

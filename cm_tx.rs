@@ -7,9 +7,9 @@
 
 use crate::{
     cq::TxCqEvents,
-    ipoib_cm::{now_ms, CmPort},
+    ipoib_cm::CmPort,
     send_credits::SendCredits,
-    stats::bump,
+    stats::{bump, now_ms},
     wire::{self, CmPrivateData, HwAddr, CM_MTU, HWADDR_LEN},
 };
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};

@@ -27,7 +27,7 @@ impl core::fmt::Display for GidText<'_> {
 #[cfg(CONFIG_DEBUG_FS)]
 mod files {
     use super::*;
-    use crate::ipoib_cm::now_ms;
+    use crate::stats::now_ms;
     use core::fmt::{self, Write};
     use kernel::{
         debugfs::{Dir, File, SeqFile, Show},

@@ -36,6 +36,7 @@ mod netdev;
 mod params;
 mod rx;
 mod send_credits;
+mod srq;
 mod stats;
 /// Wire formats, shared byte for byte with C peers; also built and tested on the host.
 pub mod wire;

@@ -10,14 +10,16 @@
 //! and complete on the interface's receive CQ; each transmit connection has its own send
 //! CQ. Connections are made and destroyed in process context (the port's work item); NAPI
 //! only posts, polls and hands packets up. This file holds the per-interface state; the
-//! connections are in `cm_tx.rs` and `cm_rx.rs`.
+//! connections are in `cm_tx.rs` and `cm_rx.rs`, the shared receive queue and the receive
+//! buffers in `srq.rs`.
 
 use crate::{
     cm_rx::{CmListen, RxConnection},
     cm_tx::{TxConnection, TxPhase},
-    params, rx,
+    params,
     send_credits::SendCredits,
-    stats::{bump, Counters},
+    srq::{self, Srq},
+    stats::{bump, now_ms, Counters},
     wire::{self, CmPrivateData, HwAddr, CM_BUF_SIZE, HWADDR_LEN},
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -26,34 +28,31 @@ use kernel::{
     net::{
         dev::NetDevice,
         napi::{Napi, NapiHandle},
-        skb::{PacketType, SkBuff},
+        skb::SkBuff,
     },
     new_mutex, new_spinlock_bh,
-    page::PAGE_SIZE,
     prelude::*,
     rbtree::{RBTree, RBTreeNode},
     rdma::{
         cm::{CmId, Listener},
         cq::{CompletionQueue, QpId, RawCompletionQueue, WcStatus, WorkCompletion},
         device::{Device, DeviceRef, Mtu},
-        dma::{DmaPage, ScatterBuffer},
+        dma::ScatterBuffer,
         pd::ProtectionDomain,
         qp::{QpCaps, QpEventHandler, QpType, QueuePair, RecvBuffer, SharedQueue},
-        srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, Mutex, SpinLockBh},
-    time::{msecs_to_jiffies, Ktime},
+    time::msecs_to_jiffies,
     workqueue::{
         self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
         WorkItem,
     },
 };
 
-/// Pages of a receive buffer after its head: with the head, `CM_BUF_SIZE` bytes.
-const RX_PAGES: usize = CM_BUF_SIZE as usize / PAGE_SIZE;
-/// The head of a receive buffer: what is left of `CM_BUF_SIZE` after whole pages (4084
-/// bytes with 4 KiB pages, as in the C driver). It becomes the skb's linear part.
-const RX_HEAD: usize = CM_BUF_SIZE as usize % PAGE_SIZE;
+/// The work item that sets transmit connections up and destroys dead connections.
+const MAINTAIN_WORK: u64 = 0;
+/// The delayed work item that closes idle receive connections.
+const STALE_WORK: u64 = 1;
 
 /// How long a closed receive connection may take to drain before it is destroyed anyway.
 const DRAIN_TIMEOUT_MS: i64 = 5000;
@@ -80,7 +79,7 @@ pub(crate) struct CmPort {
     pub(crate) send_ring: u32,
     pub(crate) pd: Arc<ProtectionDomain>,
     /// Where receive connections take their buffers from; `None`: from rings of their own.
-    pub(crate) srq: Option<Arc<SharedReceiveQueue<ScatterBuffer>>>,
+    pub(crate) srq: Option<Arc<Srq>>,
     /// Buffers of a receive connection's own ring (without a shared receive queue).
     pub(crate) ring_size: u32,
     /// Receive connections with rings of their own accepted at most: `max_nonsrq_conn_qp`,
@@ -119,10 +118,10 @@ pub(crate) struct CmPort {
     pub(crate) rx_seen: SpinLockBh<RBTree<QpId, RxSeen>>,
     /// Sets connections up and destroys them.
     #[pin]
-    work: Work<CmPort>,
+    work: Work<CmPort, MAINTAIN_WORK>,
     /// Closes idle receive connections, periodically while the interface is up.
     #[pin]
-    stale_work: DelayedWork<CmPort, 1>,
+    stale_work: DelayedWork<CmPort, STALE_WORK>,
 }
 
 /// What NAPI records of a receive connection's traffic.
@@ -132,11 +131,6 @@ pub(crate) struct RxSeen {
     pub(crate) last: i64,
     /// Messages delivered.
     pub(crate) packets: u64,
-}
-
-/// Monotonic time in milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    Ktime::ktime_get().to_ms()
 }
 
 impl CmPort {
@@ -155,13 +149,8 @@ impl CmPort {
         counters: Arc<Counters>,
         napi: &NapiHandle,
     ) -> Result<Arc<Self>> {
-        let srq = if Self::uses_srq(device) {
-            let srq = SharedReceiveQueue::new(pd, recv_ring, 1 + RX_PAGES as u32)?;
-            for _ in 0..recv_ring {
-                srq.post_recv(Self::recv_buffer(device)?)
-                    .map_err(|(e, _)| e)?;
-            }
-            Some(srq)
+        let srq = if srq::uses_srq(device) {
+            Some(srq::new_srq(device, pd, recv_ring)?)
         } else {
             None
         };
@@ -209,17 +198,6 @@ impl CmPort {
         .to_bytes()
     }
 
-    /// Whether receive connections on `device` share one receive queue: where it has them,
-    /// unless `cm_srq=0`.
-    pub(crate) fn uses_srq(device: &Device) -> bool {
-        params::CM_SRQ.get() && SharedReceiveQueue::supported(device)
-    }
-
-    /// A receive buffer of connected mode: a head and pages, `CM_BUF_SIZE` bytes in all.
-    pub(crate) fn recv_buffer(device: &Device) -> Result<ScatterBuffer> {
-        ScatterBuffer::new(device, RX_HEAD, RX_PAGES, GFP_KERNEL)
-    }
-
     /// A new RC queue pair completing on `cq`, with room for `send_wr` sends, reporting its
     /// events to `events`, in INIT: what both kinds of connection start from. It receives
     /// into a ring of its own of `own_ring` buffers (posted by the caller) if that is not
@@ -235,7 +213,7 @@ impl CmPort {
             max_send_wr: send_wr,
             max_recv_wr: own_ring,
             max_send_sge: crate::ipoib_ud::send_sges(&self.device),
-            max_recv_sge: if own_ring > 0 { 1 + RX_PAGES as u32 } else { 0 },
+            max_recv_sge: if own_ring > 0 { srq::recv_sges() } else { 0 },
         };
         let srq = match own_ring {
             0 => self.srq.clone().map(|s| s as Arc<dyn SharedQueue>),
@@ -257,7 +235,7 @@ impl CmPort {
 
     /// Has the work item run; one already queued does the job.
     pub(crate) fn schedule_work(self: &Arc<Self>) {
-        let _ = workqueue::system().enqueue::<_, 0>(self.clone());
+        let _ = workqueue::system().enqueue::<_, MAINTAIN_WORK>(self.clone());
     }
 
     /// Starts listening for connections (the interface comes up).
@@ -278,7 +256,8 @@ impl CmPort {
     fn schedule_stale_check(self: &Arc<Self>) {
         // Checked twice per idle period, so a connection goes at most 1.5 periods idle.
         let period = (Self::stale_ms() / 2).clamp(1000, i64::from(u32::MAX)) as u32;
-        let _ = workqueue::system().enqueue_delayed::<_, 1>(self.clone(), msecs_to_jiffies(period));
+        let _ = workqueue::system()
+            .enqueue_delayed::<_, STALE_WORK>(self.clone(), msecs_to_jiffies(period));
     }
 
     /// Closes the receive connections idle for longer than the stale time (the delayed work
@@ -504,32 +483,6 @@ impl CmPort {
         }
     }
 
-    /// Hands up a message that filled `len` bytes of `buf`: the head is copied into the
-    /// skb, the pages the message reached go up as fragments and fresh pages take their
-    /// place (no copy of the bulk of a large message).
-    fn deliver(&self, buf: &mut ScatterBuffer, len: usize, napi: &Napi) {
-        let (head, pages) = buf.parts_mut();
-        let Some(head) = head.get(..len.min(RX_HEAD)) else {
-            bump(&self.counters.rx_errors, 1);
-            return;
-        };
-        let device = &self.device;
-        rx::deliver_with(head, PacketType::Host, napi, &self.counters, |skb| {
-            let mut left = len.saturating_sub(RX_HEAD);
-            let mut index = 0;
-            while left > 0 {
-                // Without a fresh page the old one stays and the packet is dropped.
-                let fresh = DmaPage::new(device, GFP_ATOMIC)?;
-                let page = pages.replace(index, fresh).ok_or(EINVAL)?;
-                let n = left.min(PAGE_SIZE);
-                skb.add_page(page, 0, n)?;
-                left -= n;
-                index += 1;
-            }
-            Ok(())
-        });
-    }
-
     /// Hands a message received on a connection up and reposts its buffer.
     pub(crate) fn receive(&self, wc: &WorkCompletion, mut buf: ScatterBuffer, napi: &Napi) {
         let c = &self.counters;
@@ -540,7 +493,9 @@ impl CmPort {
             }
         }
         match wc.status() {
-            WcStatus::Success => self.deliver(&mut buf, wc.byte_len() as usize, napi),
+            WcStatus::Success => {
+                srq::deliver(&self.device, &mut buf, wc.byte_len() as usize, napi, c)
+            }
             // A receive connection closed: the buffers it had taken come back.
             WcStatus::Flushed => {}
             WcStatus::Error(_) => bump(&c.rx_errors, 1),
@@ -645,10 +600,10 @@ impl CmPort {
 }
 
 impl_has_work! {
-    impl HasWork<Self> for CmPort { self.work }
+    impl HasWork<Self, MAINTAIN_WORK> for CmPort { self.work }
 }
 
-impl WorkItem for CmPort {
+impl WorkItem<MAINTAIN_WORK> for CmPort {
     type Pointer = Arc<CmPort>;
 
     fn run(this: Arc<CmPort>) {
@@ -657,10 +612,10 @@ impl WorkItem for CmPort {
 }
 
 impl_has_delayed_work! {
-    impl HasDelayedWork<Self, 1> for CmPort { self.stale_work }
+    impl HasDelayedWork<Self, STALE_WORK> for CmPort { self.stale_work }
 }
 
-impl WorkItem<1> for CmPort {
+impl WorkItem<STALE_WORK> for CmPort {
     type Pointer = Arc<CmPort>;
 
     fn run(this: Arc<CmPort>) {

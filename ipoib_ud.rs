@@ -8,12 +8,13 @@ use crate::{
     child::{Children, Maker},
     cq::CqEvents,
     ethtool::EthtoolState,
-    ipoib_cm::{now_ms, CmPort},
+    ipoib_cm::CmPort,
     mcast::{Joined, McastGroups},
     neigh::{Neighbours, REAP_BATCH},
     params, rx,
     send_credits::SendCredits,
-    stats::{bump, Counters, Gauges},
+    srq,
+    stats::{bump, now_ms, Counters, Gauges},
     wire::{self, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -60,6 +61,19 @@ const GID_INDEX: u32 = 0;
 pub(crate) const TX_TIMEOUT_MS: u32 = 2000;
 /// Packets held while their destination's address handle is being made.
 const PENDING_MAX: usize = 64;
+
+/// The work item that makes the address handles held packets wait for.
+const RESOLVE_WORK: u64 = 0;
+/// The work item that joins and leaves the groups of the multicast list.
+const MCAST_WORK: u64 = 1;
+/// The work item that brings a failed queue pair back.
+const RECOVER_WORK: u64 = 2;
+/// The work item that queries the port again after a port event.
+const PORT_WORK: u64 = 3;
+/// The work item that looks for stalled sends after a transmit timeout.
+const STALL_WORK: u64 = 4;
+/// The delayed work item that ages the neighbours.
+const NEIGH_GC_WORK: u64 = 5;
 
 /// What the interfaces of a port need to know of it: queried once, for the first interface
 /// (querying a RoCE port takes RTNL, which child creation holds), and passed on to its
@@ -155,12 +169,12 @@ pub(crate) struct UdPort {
     /// How many `pending` slots are used, so NAPI skips the table when none is.
     pending_count: AtomicUsize,
     #[pin]
-    resolve_work: Work<UdPort>,
+    resolve_work: Work<UdPort, RESOLVE_WORK>,
     /// Groups of the multicast list, joined and left by `mcast_work`.
     #[pin]
     mcast: McastGroups,
     #[pin]
-    mcast_work: Work<UdPort, 2>,
+    mcast_work: Work<UdPort, MCAST_WORK>,
     napi: NapiHandle,
     /// Whether the port passes traffic, as last queried or reported by a port event. Kept
     /// here because querying a RoCE port takes RTNL, which `open` already holds.
@@ -170,18 +184,18 @@ pub(crate) struct UdPort {
     /// Brings a failed queue pair back (a device may fail it when a send finds the port
     /// down; rxe does).
     #[pin]
-    recover_work: Work<UdPort, 3>,
+    recover_work: Work<UdPort, RECOVER_WORK>,
     /// Queries the port again after a port event: not from the event handler, which runs
     /// under the core's event lock, nor from a work item flushed under RTNL (querying a
     /// RoCE port takes RTNL).
     #[pin]
-    port_work: Work<UdPort, 5>,
+    port_work: Work<UdPort, PORT_WORK>,
     /// Looks for the stalled sends after a transmit timeout.
     #[pin]
-    stall_work: Work<UdPort, 6>,
+    stall_work: Work<UdPort, STALL_WORK>,
     /// Ages the neighbours, periodically while the interface is up.
     #[pin]
-    neigh_gc: DelayedWork<UdPort, 4>,
+    neigh_gc: DelayedWork<UdPort, NEIGH_GC_WORK>,
     /// Whether the interface is up.
     up: AtomicBool,
     /// Link speed and receive coalescing, for ethtool.
@@ -276,7 +290,7 @@ impl UdPort {
         // device allows: the cap follows), as the C driver sizes it.
         let cm_capable = params::CM_ENABLED.get();
         let base_cqe = 2 * recv_ring + 1;
-        let nonsrq_max = if cm_capable && !CmPort::uses_srq(device) {
+        let nonsrq_max = if cm_capable && !srq::uses_srq(device) {
             let room = device.max_cqe().saturating_sub(base_cqe) / recv_ring;
             let max = params::max_nonsrq_conn_qp().min(room as usize);
             if max < params::max_nonsrq_conn_qp() {
@@ -496,7 +510,7 @@ impl UdPort {
 
     /// Has the queue pair checked, and brought back if it failed (process context).
     pub(crate) fn schedule_recovery(this: ArcBorrow<'_, Self>) {
-        let _ = workqueue::system().enqueue::<_, 3>(Arc::<Self>::from(this));
+        let _ = workqueue::system().enqueue::<_, RECOVER_WORK>(Arc::<Self>::from(this));
     }
 
     /// Whether NAPI asked for a check of the queue pair since the last call.
@@ -587,7 +601,7 @@ impl UdPort {
             dev.name(),
             this.credits.in_use()
         );
-        let _ = workqueue::system().enqueue::<_, 6>(Arc::<Self>::from(this));
+        let _ = workqueue::system().enqueue::<_, STALL_WORK>(Arc::<Self>::from(this));
     }
 
     /// After a transmit timeout: the UD queue pair is checked, and the connections whose
@@ -651,7 +665,7 @@ impl UdPort {
             None => {
                 drop(neigh);
                 this.hold_for_resolution(dest.gid(), skb);
-                let _ = workqueue::system().enqueue::<_, 0>(Arc::<Self>::from(this));
+                let _ = workqueue::system().enqueue::<_, RESOLVE_WORK>(Arc::<Self>::from(this));
             }
         }
     }
@@ -1001,7 +1015,7 @@ impl UdPort {
 
     /// Has the port queried again (after a port event), from a work item.
     pub(crate) fn refresh_port(this: ArcBorrow<'_, Self>) {
-        let _ = workqueue::system().enqueue::<_, 5>(Arc::<Self>::from(this));
+        let _ = workqueue::system().enqueue::<_, PORT_WORK>(Arc::<Self>::from(this));
     }
 
     /// Whether the port passes traffic.
@@ -1046,7 +1060,7 @@ impl UdPort {
 
     fn schedule_neigh_gc(self: &Arc<Self>) {
         let delay = msecs_to_jiffies(Self::neigh_gc_ms());
-        let _ = workqueue::system().enqueue_delayed::<_, 4>(self.clone(), delay);
+        let _ = workqueue::system().enqueue_delayed::<_, NEIGH_GC_WORK>(self.clone(), delay);
     }
 
     /// Forgets destinations unused for two collection intervals (the delayed work item),
@@ -1177,7 +1191,7 @@ impl UdPort {
             }
         });
         let excess = this.mcast.set_wanted(groups[..n].iter().copied(), || {
-            let _ = workqueue::system().enqueue::<_, 2>(Arc::<Self>::from(this));
+            let _ = workqueue::system().enqueue::<_, MCAST_WORK>(Arc::<Self>::from(this));
         }) + extra;
         if excess > 0 {
             pr_warn!(
@@ -1278,10 +1292,10 @@ impl UdPort {
 }
 
 impl_has_work! {
-    impl HasWork<Self> for UdPort { self.resolve_work }
+    impl HasWork<Self, RESOLVE_WORK> for UdPort { self.resolve_work }
 }
 
-impl WorkItem for UdPort {
+impl WorkItem<RESOLVE_WORK> for UdPort {
     type Pointer = Arc<UdPort>;
 
     fn run(this: Arc<UdPort>) {
@@ -1290,10 +1304,10 @@ impl WorkItem for UdPort {
 }
 
 impl_has_work! {
-    impl HasWork<Self, 2> for UdPort { self.mcast_work }
+    impl HasWork<Self, MCAST_WORK> for UdPort { self.mcast_work }
 }
 
-impl WorkItem<2> for UdPort {
+impl WorkItem<MCAST_WORK> for UdPort {
     type Pointer = Arc<UdPort>;
 
     fn run(this: Arc<UdPort>) {
@@ -1302,14 +1316,14 @@ impl WorkItem<2> for UdPort {
 }
 
 impl_has_work! {
-    impl HasWork<Self, 3> for UdPort { self.recover_work }
+    impl HasWork<Self, RECOVER_WORK> for UdPort { self.recover_work }
 }
 
 impl_has_work! {
-    impl HasWork<Self, 5> for UdPort { self.port_work }
+    impl HasWork<Self, PORT_WORK> for UdPort { self.port_work }
 }
 
-impl WorkItem<5> for UdPort {
+impl WorkItem<PORT_WORK> for UdPort {
     type Pointer = Arc<UdPort>;
 
     fn run(this: Arc<UdPort>) {
@@ -1319,7 +1333,7 @@ impl WorkItem<5> for UdPort {
     }
 }
 
-impl WorkItem<3> for UdPort {
+impl WorkItem<RECOVER_WORK> for UdPort {
     type Pointer = Arc<UdPort>;
 
     fn run(this: Arc<UdPort>) {
@@ -1328,10 +1342,10 @@ impl WorkItem<3> for UdPort {
 }
 
 impl_has_work! {
-    impl HasWork<Self, 6> for UdPort { self.stall_work }
+    impl HasWork<Self, STALL_WORK> for UdPort { self.stall_work }
 }
 
-impl WorkItem<6> for UdPort {
+impl WorkItem<STALL_WORK> for UdPort {
     type Pointer = Arc<UdPort>;
 
     fn run(this: Arc<UdPort>) {
@@ -1340,10 +1354,10 @@ impl WorkItem<6> for UdPort {
 }
 
 impl_has_delayed_work! {
-    impl HasDelayedWork<Self, 4> for UdPort { self.neigh_gc }
+    impl HasDelayedWork<Self, NEIGH_GC_WORK> for UdPort { self.neigh_gc }
 }
 
-impl WorkItem<4> for UdPort {
+impl WorkItem<NEIGH_GC_WORK> for UdPort {
     type Pointer = Arc<UdPort>;
 
     fn run(this: Arc<UdPort>) {

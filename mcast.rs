@@ -30,7 +30,7 @@ impl Joined {
     pub(crate) fn new(mgid: Gid, member: Ipv6McMembership) -> Self {
         Self {
             mgid,
-            joined_ms: crate::ipoib_cm::now_ms(),
+            joined_ms: crate::stats::now_ms(),
             _member: member,
         }
     }

@@ -7,7 +7,7 @@ use crate::{
     child::{parse_pkey, Children, Request},
     ipoib_ud::UdPort,
     stats,
-    wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN},
+    wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN, MIN_MTU},
 };
 use core::fmt::Write;
 use kernel::{
@@ -29,8 +29,6 @@ use kernel::{
 const ARPHRD_INFINIBAND: u16 = 32;
 const IFF_BROADCAST: u32 = 0x2;
 const IFF_MULTICAST: u32 = 0x1000;
-/// The smallest MTU IPv4 works with.
-pub(crate) const MIN_MTU: u32 = 68;
 
 /// `/sys/class/net/ibN/mode`: `datagram` or `connected`, as in the C driver.
 const ATTR_MODE: usize = 0;
