@@ -24,6 +24,7 @@ use kernel::{
 
 mod child;
 mod cm_rx;
+mod cm_shared;
 mod cm_tx;
 mod cq;
 mod debugfs;
@@ -34,6 +35,7 @@ mod mcast;
 mod neigh;
 mod netdev;
 mod params;
+mod path;
 mod rx;
 mod send_credits;
 mod srq;

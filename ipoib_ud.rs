@@ -8,12 +8,13 @@ use crate::{
     child::{Children, Maker},
     cq::CqEvents,
     ethtool::EthtoolState,
-    ipoib_cm::CmPort,
+    ipoib_cm::ConnectedMode,
     mcast::{Joined, McastGroups},
     neigh::{Neighbours, REAP_BATCH},
-    params, rx,
+    params,
+    path::PathResolver,
+    rx,
     send_credits::SendCredits,
-    srq,
     stats::{bump, now_ms, Counters, Gauges},
     wire::{self, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
@@ -155,9 +156,7 @@ pub(crate) struct UdPort {
     pub(crate) scatter_gather: bool,
     pub(crate) counters: Arc<Counters>,
     /// Connected mode, when the device offers it.
-    cm: Option<Arc<CmPort>>,
-    /// Whether unicast to peers that offer connected mode goes over connections.
-    connected: AtomicBool,
+    cm: Option<Arc<ConnectedMode>>,
     /// `umcast`: groups user space joined through the subnet administrator are left to
     /// it. Without one (RoCE) there are none, so the setting changes nothing there.
     umcast: AtomicBool,
@@ -285,24 +284,11 @@ impl UdPort {
         // kept posted, on the UD queue pair and on the shared receive queue each.
         let (send_ring, recv_ring) = (params::send_queue_size(), params::recv_queue_size());
         let send_cq = CompletionQueue::new(device, send_ring + 1, 0, events.clone(), crate::OWNER)?;
-        // Receive connections complete here too: from the shared receive queue, or each from
-        // a ring of its own, which needs room for `max_nonsrq_conn_qp` rings (as far as the
-        // device allows: the cap follows), as the C driver sizes it.
+        // The receive CQ takes connected mode's receives too.
         let cm_capable = params::CM_ENABLED.get();
         let base_cqe = 2 * recv_ring + 1;
-        let nonsrq_max = if cm_capable && !srq::uses_srq(device) {
-            let room = device.max_cqe().saturating_sub(base_cqe) / recv_ring;
-            let max = params::max_nonsrq_conn_qp().min(room as usize);
-            if max < params::max_nonsrq_conn_qp() {
-                pr_info!(
-                    "{} port {}: room for {} receive connections only (max_nonsrq_conn_qp {})\n",
-                    device.name(),
-                    port,
-                    max,
-                    params::max_nonsrq_conn_qp()
-                );
-            }
-            max
+        let nonsrq_max = if cm_capable {
+            ConnectedMode::nonsrq_room(device, port, recv_ring, base_cqe)
         } else {
             0
         };
@@ -330,11 +316,12 @@ impl UdPort {
         let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
         let credits = Arc::new(SendCredits::new(send_ring), GFP_KERNEL)?;
         let cm = if cm_capable {
-            let made = CmPort::new(
+            let made = ConnectedMode::new(
                 device,
                 port,
                 qp.qp_num(),
                 facts.active_mtu,
+                PathResolver::new(port),
                 (send_ring, recv_ring, nonsrq_max),
                 &pd,
                 recv_cq.clone(),
@@ -421,7 +408,6 @@ impl UdPort {
                 credits,
                 scatter_gather: max_send_sge > 1,
                 counters,
-                connected: AtomicBool::new(cm.is_some() && params::CONNECTED_MODE.get()),
                 umcast: AtomicBool::new(false),
                 cm,
                 active: AtomicBool::new(facts.active),
@@ -643,7 +629,7 @@ impl UdPort {
         };
         if !dest.is_multicast() && dest.connected_mode() && this.connected() {
             if let Some(cm) = &this.cm {
-                CmPort::xmit(cm.as_arc_borrow(), skb, &dest, dev);
+                ConnectedMode::xmit(cm.as_arc_borrow(), skb, &dest, dev);
                 return;
             }
         }
@@ -907,9 +893,7 @@ impl UdPort {
                 let Some(buf) = self.qp.complete_recv(wc) else {
                     // Not the UD queue pair's: a receive connection's, from the SRQ.
                     if let Some(cm) = &self.cm {
-                        if let Some(buf) = cm.complete_recv(wc) {
-                            cm.receive(wc, buf, napi);
-                        }
+                        cm.receive(wc, napi);
                     }
                     continue;
                 };
@@ -1110,45 +1094,22 @@ impl UdPort {
 
     /// Whether unicast to peers that offer it goes over connections.
     pub(crate) fn connected(&self) -> bool {
-        self.cm.is_some() && self.connected.load(Ordering::Relaxed)
+        self.cm.as_ref().is_some_and(|cm| cm.in_use())
     }
 
     /// Switches between datagram and connected mode, as a write to the `mode` file asks.
-    /// Connected mode raises the MTU to its largest; datagram mode clamps it to the UD MTU
-    /// and closes the transmit connections.
     pub(crate) fn set_mode(&self, dev: &NetDevice, rtnl: &Rtnl, connected: bool) -> Result {
         if connected == self.connected() {
             return Ok(());
         }
-        if connected {
-            if self.cm.is_none() {
-                pr_info!(
-                    "{}: connected mode not supported by the device\n",
-                    dev.name()
-                );
-                return Err(EINVAL);
-            }
-            self.connected.store(true, Ordering::Relaxed);
-            if let Err(e) = dev.set_mtu(rtnl, CM_MTU) {
-                self.connected.store(false, Ordering::Relaxed);
-                return Err(e);
-            }
-        } else {
-            self.connected.store(false, Ordering::Relaxed);
-            if dev.mtu() > self.mtu {
-                dev.set_mtu(rtnl, self.mtu)?;
-            }
-            if let Some(cm) = &self.cm {
-                cm.close_tx();
-            }
-        }
-        pr_info!(
-            "{}: {} mode, MTU {}\n",
-            dev.name(),
-            if connected { "connected" } else { "datagram" },
-            dev.mtu()
-        );
-        Ok(())
+        let Some(cm) = &self.cm else {
+            pr_info!(
+                "{}: connected mode not supported by the device\n",
+                dev.name()
+            );
+            return Err(EINVAL);
+        };
+        cm.switch(dev, rtnl, connected, self.mtu)
     }
 
     /// The largest MTU the interface takes in its current mode.
