@@ -6,19 +6,20 @@
 //! as in the C driver.
 //!
 //! The networking core owns a child's device; its parent keeps the list of its children and
-//! deletes them before it goes away. The list holds each child's datapath, and each child
+//! deletes them before it goes away. The list holds each child's interface, and each child
 //! its parent's: the cycle is broken when the child leaves the list, which every deletion
 //! does (`ip link del`, `delete_child`, and the removal of the parent).
+//!
+//! The list is part of the interface's state, so this file does not name the interface: it
+//! reaches it through [`ChildInterface`], which `netdev.rs` implements for it.
 
 use crate::{
-    debugfs::{DebugFiles, DebugRoot},
-    ipoib_ud::UdPort,
-    netdev::IpoibNetdev,
-    wire::PKEY_FULL_MEMBER,
+    debugfs::{DebugFiles, DebugRoot, DebugView},
+    wire::{HwAddr, PKEY_FULL_MEMBER},
 };
 use kernel::{
     net::{
-        dev::NetDevice,
+        dev::{NetDevice, Operations, Setup},
         link::{LinkDevice, LinkKind, NewLink},
         napi::NapiHandle,
         rtnl::{Rtnl, RtnlGuard},
@@ -30,65 +31,119 @@ use kernel::{
     types::ARef,
 };
 
+/// What the child list needs of the interfaces it lists.
+pub(crate) trait ChildInterface: DebugView + Sized + 'static {
+    /// The operations their net_devices are registered with.
+    type Ops: Operations<Data = Arc<Self>>;
+    /// The interface's children (none for a child).
+    fn children(&self) -> &Children<Self>;
+    /// The partition, full-membership bit set.
+    fn pkey(&self) -> u16;
+    /// The hardware address.
+    fn hw_addr(&self) -> HwAddr;
+    /// Completes the set-up of the interface's net_device.
+    fn configure(&self) -> impl FnOnce(&mut Setup) -> Result;
+    /// Makes the interface of a child of `parent` (whose net_device is `parent_dev`) in
+    /// partition `pkey`, driving `napi`, under RTNL.
+    fn new_child(
+        parent: &Arc<Self>,
+        parent_dev: &NetDevice,
+        pkey: u16,
+        napi: &NapiHandle,
+    ) -> Result<Arc<Self>>;
+    /// Waits for the interface's work (once its net_device is unregistered).
+    fn flush_work(&self);
+}
+
+/// Where an interface stands among those of its port.
+pub(crate) enum Role<I: ChildInterface> {
+    /// The port's own interface (`ibN`), which may have children.
+    Parent,
+    /// A child interface of `parent`, whose interface is `interface`.
+    Child {
+        parent: ARef<NetDevice>,
+        /// Kept for the port facts; the parent's list holds us in turn.
+        interface: Arc<I>,
+    },
+}
+
+impl<I: ChildInterface> Role<I> {
+    /// The net_device a child was made on; `None` for a port's own interface.
+    pub(crate) fn parent(&self) -> Option<&NetDevice> {
+        match self {
+            Role::Parent => None,
+            Role::Child { parent, .. } => Some(parent),
+        }
+    }
+
+    /// The interface a child was made on.
+    pub(crate) fn parent_interface(&self) -> Option<&Arc<I>> {
+        match self {
+            Role::Parent => None,
+            Role::Child { interface, .. } => Some(interface),
+        }
+    }
+}
+
 /// One child interface, as its parent lists it.
-pub(crate) struct Child {
+pub(crate) struct Child<I: ChildInterface> {
     /// The partition, full-membership bit set.
     pkey: u16,
     /// Made through `create_child`, so deletable by P_Key through `delete_child`.
     legacy: bool,
-    dev: LinkDevice<IpoibNetdev>,
-    datapath: Arc<UdPort>,
+    dev: LinkDevice<I::Ops>,
+    interface: Arc<I>,
     _debug: Option<DebugFiles>,
 }
 
-impl Child {
-    /// The child's interface.
+impl<I: ChildInterface> Child<I> {
+    /// The child's net_device.
     pub(crate) fn device(&self) -> &NetDevice {
         self.dev.device()
     }
 
-    /// The child's datapath.
-    pub(crate) fn datapath(&self) -> &Arc<UdPort> {
-        &self.datapath
+    /// The child's interface.
+    pub(crate) fn interface(&self) -> &Arc<I> {
+        &self.interface
     }
 }
 
-struct ChildList {
+struct ChildList<I: ChildInterface> {
     /// Deleted children leave an empty slot, reused by the next one.
-    entries: KVec<Option<Child>>,
+    entries: KVec<Option<Child<I>>>,
     /// Set when the parent goes: no child may be added any more.
     closed: bool,
 }
 
 /// The children of an interface.
 #[pin_data]
-pub(crate) struct Children {
+pub(crate) struct Children<I: ChildInterface> {
     /// Taken in process context only: under RTNL to add and delete, and by port events.
     #[pin]
-    list: Mutex<ChildList>,
+    list: Mutex<ChildList<I>>,
     /// What children are made with; `None` for a child, which may not have children.
-    maker: Option<Maker>,
+    maker: Option<Maker<I>>,
 }
 
 /// What a port's own interface makes its children with.
-pub(crate) struct Maker {
+pub(crate) struct Maker<I: ChildInterface> {
     /// The kind of children made through `create_child`.
-    pub(crate) kind: Arc<LinkKind<IpoibNetdev>>,
+    pub(crate) kind: Arc<LinkKind<I::Ops>>,
     /// Where their debugfs files go.
     pub(crate) debug_root: DebugRoot,
 }
 
 /// How a child is asked for.
-pub(crate) enum Request<'a> {
+pub(crate) enum Request<'a, I: ChildInterface> {
     /// `ip link add`: the core's device to register.
-    Link(NewLink<'a, IpoibNetdev>),
+    Link(NewLink<'a, I::Ops>),
     /// A write to `create_child`: the P_Key as written, which names the interface.
     Legacy { written: u16 },
 }
 
-impl Children {
+impl<I: ChildInterface> Children<I> {
     /// The list of an interface whose children `maker` makes (`None`: a child).
-    pub(crate) fn new(maker: Option<Maker>) -> impl PinInit<Self> {
+    pub(crate) fn new(maker: Option<Maker<I>>) -> impl PinInit<Self> {
         let closed = maker.is_none();
         pin_init!(Self {
             list <- new_mutex!(ChildList { entries: KVec::new(), closed }, "Children::list"),
@@ -96,15 +151,15 @@ impl Children {
         })
     }
 
-    /// Makes a child of `parent` (whose datapath is `port`) in partition `pkey` (full
+    /// Makes a child of `port` (whose net_device is `parent`) in partition `pkey` (full
     /// membership is implied), under RTNL.
     pub(crate) fn create(
-        port: &Arc<UdPort>,
+        port: &Arc<I>,
         parent: &NetDevice,
         rtnl: &Rtnl,
         pkey: u16,
-        request: Request<'_>,
-    ) -> Result<(Arc<UdPort>, ARef<NetDevice>)> {
+        request: Request<'_, I>,
+    ) -> Result<(Arc<I>, ARef<NetDevice>)> {
         let children = port.children();
         let name = parent.name();
         if pkey & !PKEY_FULL_MEMBER == 0 {
@@ -136,17 +191,17 @@ impl Children {
             }
         }
         let napi = NapiHandle::new()?;
-        let datapath = UdPort::new_child(port, parent, full, &napi).inspect_err(|e| {
+        let interface = I::new_child(port, parent, full, &napi).inspect_err(|e| {
             pr_info!("{name}: no child in partition 0x{full:04x} ({e:?})\n");
         })?;
-        let hw_addr = datapath.local;
-        let configure = crate::netdev::configure(&datapath);
+        let hw_addr = interface.hw_addr();
+        let configure = interface.configure();
         let maker = children.maker.as_ref().ok_or(EINVAL)?;
         let registered = match request {
             Request::Link(link) => link.register(
                 rtnl,
                 hw_addr.as_bytes(),
-                datapath.clone(),
+                interface.clone(),
                 Some(&napi),
                 configure,
             ),
@@ -160,7 +215,7 @@ impl Children {
                     rtnl,
                     &child_name,
                     hw_addr.as_bytes(),
-                    datapath.clone(),
+                    interface.clone(),
                     Some(&napi),
                     configure,
                 )
@@ -176,9 +231,9 @@ impl Children {
             full,
             hw_addr
         );
-        let made = (datapath.clone(), dev.device().into());
+        let made = (interface.clone(), dev.device().into());
         // Debugging aids only: the interface works without them.
-        let debug = DebugFiles::new(&maker.debug_root, dev.device().name(), &datapath)
+        let debug = DebugFiles::new(&maker.debug_root, dev.device().name(), interface.clone())
             .unwrap_or_else(|e| {
                 pr_info!("{}: no debugfs files ({:?})\n", dev.device().name(), e);
                 None
@@ -187,7 +242,7 @@ impl Children {
             pkey: full,
             legacy,
             dev,
-            datapath: datapath.clone(),
+            interface,
             _debug: debug,
         };
         let mut list = children.list.lock();
@@ -213,7 +268,7 @@ impl Children {
         let taken = self
             .take(|c| core::ptr::eq(c.device(), dev))
             .ok_or(ENOENT)?;
-        // The core unregisters the device: our reference and the datapath go now.
+        // The core unregisters the device: our reference and the interface go now.
         drop(taken);
         Ok(())
     }
@@ -236,18 +291,18 @@ impl Children {
             core::mem::take(&mut list.entries)
         };
         for child in taken.into_iter().flatten() {
-            let Child { dev, datapath, .. } = child;
+            let Child { dev, interface, .. } = child;
             {
                 let rtnl = RtnlGuard::lock();
                 dev.delete(&rtnl);
             }
             // Unregistered as the lock was dropped: nothing queues work any more.
-            datapath.flush_work();
+            interface.flush_work();
         }
     }
 
     /// Takes the first child `matches` accepts off the list.
-    fn take(&self, matches: impl Fn(&Child) -> bool) -> Option<Child> {
+    fn take(&self, matches: impl Fn(&Child<I>) -> bool) -> Option<Child<I>> {
         let mut list = self.list.lock();
         let slot = list
             .entries
@@ -257,13 +312,13 @@ impl Children {
     }
 
     /// Calls `f` on each child (process context).
-    pub(crate) fn for_each(&self, f: impl FnMut(&Child)) {
+    pub(crate) fn for_each(&self, f: impl FnMut(&Child<I>)) {
         self.list.lock().children().for_each(f);
     }
 }
 
-impl ChildList {
-    fn children(&self) -> impl Iterator<Item = &Child> {
+impl<I: ChildInterface> ChildList<I> {
+    fn children(&self) -> impl Iterator<Item = &Child<I>> {
         self.entries.iter().flatten()
     }
 }

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Connected mode, receive side: connections peers open to us through the port's listener.
-//! Their queue pairs take buffers from the shared receive queue and complete on the
-//! interface's receive CQ. A DREQ, a failure or idleness closes one: its queue pair goes to
-//! the error state, and once the device reports that it took its last buffer from the
-//! shared queue (last WQE reached) the work item destroys it, so no buffer is lost with
-//! the queue pair mid-message.
+//! Connected mode, receive side: connections peers open to us through the interface's
+//! listener, and the table that keeps them. Their queue pairs take buffers from the shared
+//! receive queue and complete on the interface's receive CQ, from which NAPI hands their
+//! messages here. A DREQ, a failure or idleness closes one: its queue pair goes to the
+//! error state, and once the device reports that it took its last buffer from the shared
+//! queue (last WQE reached) the work item destroys it, so no buffer is lost with the queue
+//! pair mid-message.
 //!
 //! Without a shared receive queue each connection has a ring of its own, filled when it is
 //! accepted (in the CM's request handler, as the C driver does: `recv_queue_size` buffers of
@@ -13,30 +14,253 @@
 //! item destroys at once (there is no shared queue to drain into). At most
 //! `max_nonsrq_conn_qp` such connections are accepted (further requests get a REJ, "no QP"),
 //! as in the C driver.
+//!
+//! Connected mode (`ipoib_cm.rs`) owns the table; the connections and the listener reach it
+//! through [`RxOwner`].
 
 use crate::{
-    ipoib_cm::{now_ms, CmPort, RxSeen},
-    netdev::MIN_MTU,
-    stats::bump,
-    wire::CmPrivateData,
+    cm_shared::{CmOwner, CmShared},
+    srq,
+    stats::{bump, now_ms},
+    wire::{CmPrivateData, MIN_MTU},
 };
-use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use kernel::{
+    delay,
+    net::napi::Napi,
+    new_mutex, new_spinlock_bh,
     prelude::*,
-    rbtree::{RBTreeNode, RBTreeNodeReservation},
+    rbtree::{RBTree, RBTreeNode, RBTreeNodeReservation},
     rdma::{
-        cm::{self, CmIdRef, Event, Handler, ListenHandler, QpState, Request},
+        cm::{self, CmId, CmIdRef, Event, Handler, ListenHandler, QpState, Request},
+        cq::{QpId, WcStatus, WorkCompletion},
         dma::ScatterBuffer,
         qp::{QpEvent, QpEventHandler, QpType, QueuePair},
     },
-    sync::Arc,
+    sync::{Arc, Mutex, SpinLockBh},
 };
+
+/// How long a closed receive connection may take to drain before it is destroyed anyway.
+const DRAIN_TIMEOUT_MS: i64 = 5000;
+
+/// Connected mode as receive connections and the listener see it.
+pub(crate) trait RxOwner: CmOwner {
+    /// The receive connections.
+    fn rx(&self) -> &RxTable;
+}
+
+/// What NAPI records of a receive connection's traffic.
+#[derive(Clone, Copy)]
+struct RxSeen {
+    /// When it last delivered a message (ms, monotonic).
+    last: i64,
+    /// Messages delivered.
+    packets: u64,
+}
+
+/// The receive connections of an interface.
+#[pin_data]
+pub(crate) struct RxTable {
+    /// Receive connections with rings of their own accepted at most: `max_nonsrq_conn_qp`,
+    /// or fewer if the receive CQ could not be made large enough for them.
+    nonsrq_max: usize,
+    /// Receive connections with rings of their own, counted against `max_nonsrq_conn_qp`
+    /// from the request on, until destroyed.
+    nonsrq_conns: AtomicUsize,
+    /// Receive connections with rings of their own, by queue pair: NAPI finds a
+    /// completion's buffer there. Removed before the connection is destroyed, so NAPI never
+    /// holds the last reference.
+    #[pin]
+    rings: SpinLockBh<RBTree<QpId, Arc<RxConnection>>>,
+    /// Receive connections by arrival number (process context).
+    #[pin]
+    conns: Mutex<RBTree<u64, CmId<RxConnection>>>,
+    serial: AtomicU64,
+    /// When each receive connection last delivered a message (ms, monotonic), by queue
+    /// pair: NAPI only knows a completion's queue pair.
+    #[pin]
+    seen: SpinLockBh<RBTree<QpId, RxSeen>>,
+}
+
+impl RxTable {
+    /// An empty table that accepts at most `nonsrq_max` connections with rings of their own.
+    pub(crate) fn new(nonsrq_max: usize) -> impl PinInit<Self> {
+        pin_init!(Self {
+            nonsrq_max,
+            nonsrq_conns: AtomicUsize::new(0),
+            rings <- new_spinlock_bh!(RBTree::new(), "RxTable::rings"),
+            conns <- new_mutex!(RBTree::new(), "RxTable::conns"),
+            serial: AtomicU64::new(0),
+            seen <- new_spinlock_bh!(RBTree::new(), "RxTable::seen"),
+        })
+    }
+
+    /// How many receive connections are in place.
+    pub(crate) fn count(&self) -> u64 {
+        self.conns.lock().iter().count() as u64
+    }
+
+    /// Closes the connections idle since `deadline` (ms, monotonic); returns how many.
+    pub(crate) fn close_idle(&self, deadline: i64) -> u32 {
+        let mut closed = 0u32;
+        for id in self.conns.lock().values() {
+            let conn = id.handler();
+            if conn.is_dead() {
+                continue;
+            }
+            let last = self.seen.lock().get(&conn.qp.id()).map(|s| s.last);
+            if last.map_or(true, |t| t < deadline) {
+                conn.close();
+                closed += 1;
+            }
+        }
+        closed
+    }
+
+    /// Closes every connection and waits, boundedly, until their queue pairs have let go of
+    /// the shared receive queue.
+    pub(crate) fn drain(&self) {
+        for id in self.conns.lock().values() {
+            id.handler().close();
+        }
+        let start = now_ms();
+        while now_ms() - start < DRAIN_TIMEOUT_MS
+            && !self
+                .conns
+                .lock()
+                .values()
+                .all(|id| id.handler().drain.drained())
+        {
+            delay::msleep(10);
+        }
+    }
+
+    /// Destroys the connections that drained, or took too long to, or all of them (process
+    /// context); returns how many went before their queue pair drained.
+    pub(crate) fn destroy(&self, shared: &CmShared, all: bool) -> u32 {
+        let now = now_ms();
+        let due = |conn: &RxConnection| {
+            all || conn.drain.drained()
+                || conn.closed_at().is_some_and(|t| now - t > DRAIN_TIMEOUT_MS)
+        };
+        let mut undrained = 0u32;
+        loop {
+            let victim = {
+                let mut conns = self.conns.lock();
+                let key = conns
+                    .iter()
+                    .find(|(_, id)| due(&id.handler()))
+                    .map(|(k, _)| *k);
+                key.and_then(|k| conns.remove(&k))
+            };
+            let Some(id) = victim else { break };
+            let conn = id.handler();
+            if conn.drain.drained() {
+                bump(&shared.counters.cm_rx_drained, 1);
+            } else {
+                undrained += 1;
+            }
+            self.seen.lock().remove(&conn.qp.id());
+            let ring = self.rings.lock().remove(&conn.qp.id());
+            if ring.is_some() {
+                self.nonsrq_conns.fetch_sub(1, Ordering::AcqRel);
+            }
+            drop(ring);
+            drop(id);
+        }
+        undrained
+    }
+
+    /// Lists the connections for debugfs (`<if>_cm`), one line each.
+    pub(crate) fn show(&self, out: &mut dyn core::fmt::Write, now: i64) -> core::fmt::Result {
+        for id in self.conns.lock().values() {
+            let conn = id.handler();
+            let seen = self.seen.lock().get(&conn.qp.id()).copied();
+            write!(
+                out,
+                "rx peer-qpn 0x{:06x} peer-ud-qpn 0x{:06x} state {} qpn 0x{:06x} packets {} idle {} ms",
+                conn.peer_qpn,
+                conn.peer_ud_qpn,
+                if conn.is_dead() { "closing" } else { "live" },
+                conn.qp.qp_num(),
+                seen.map_or(0, |s| s.packets),
+                seen.map_or(0, |s| now - s.last),
+            )?;
+            if conn.own_ring {
+                writeln!(out, " recv ring {}", conn.qp.recvs_posted())?;
+            } else {
+                writeln!(out, " recv srq")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back the buffer of a receive connection that `wc` completes, if it is one (from
+    /// NAPI).
+    pub(crate) fn complete_recv(
+        &self,
+        shared: &CmShared,
+        wc: &WorkCompletion,
+    ) -> Option<ScatterBuffer> {
+        match &shared.srq {
+            Some(srq) => srq.complete_recv(wc),
+            None => self
+                .rings
+                .lock()
+                .get(&wc.qp_id())
+                .and_then(|conn| conn.qp.complete_recv(wc)),
+        }
+    }
+
+    /// Gives `buf` back to the queue it came from, after a completion of `status` on
+    /// connection queue pair `qp`; returns whether that failed where it should not have.
+    fn repost(&self, shared: &CmShared, buf: ScatterBuffer, qp: QpId, status: WcStatus) -> bool {
+        match &shared.srq {
+            Some(srq) => srq.post_recv(buf).is_err(),
+            // A flushed buffer belongs to a closing connection: it goes with it.
+            None if matches!(status, WcStatus::Flushed) => false,
+            None => match self.rings.lock().get(&qp) {
+                // A connection closing meanwhile refuses it; it goes.
+                Some(conn) => conn.qp.post_recv(buf).is_err() && !conn.is_dead(),
+                None => false,
+            },
+        }
+    }
+
+    /// Hands a message received on a connection up and reposts its buffer (from NAPI).
+    pub(crate) fn receive(
+        &self,
+        shared: &CmShared,
+        wc: &WorkCompletion,
+        mut buf: ScatterBuffer,
+        napi: &Napi,
+    ) {
+        let c = &shared.counters;
+        if let WcStatus::Success = wc.status() {
+            if let Some(seen) = self.seen.lock().get_mut(&wc.qp_id()) {
+                seen.last = now_ms();
+                seen.packets += 1;
+            }
+        }
+        match wc.status() {
+            WcStatus::Success => {
+                srq::deliver(&shared.device, &mut buf, wc.byte_len() as usize, napi, c)
+            }
+            // A receive connection closed: the buffers it had taken come back.
+            WcStatus::Flushed => {}
+            WcStatus::Error(_) => bump(&c.rx_errors, 1),
+        }
+        if self.repost(shared, buf, wc.qp_id(), wc.status()) {
+            bump(&c.rx_errors, 1);
+        }
+    }
+}
 
 /// Whether a receive connection's queue pair is done with the shared receive queue, as its
 /// last-WQE-reached event tells.
 pub(crate) struct RxDrain {
     drained: AtomicBool,
-    port: Arc<CmPort>,
+    owner: Arc<dyn RxOwner>,
 }
 
 impl RxDrain {
@@ -49,7 +273,7 @@ impl QpEventHandler for RxDrain {
     fn event(&self, event: QpEvent) {
         // Devices repeat the event; the first one has the work item run.
         if event == QpEvent::LastWqeReached && !self.drained.swap(true, Ordering::AcqRel) {
-            self.port.schedule_work();
+            self.owner.clone().schedule_work();
         }
     }
 }
@@ -60,7 +284,7 @@ pub(crate) struct RxConnection {
     pub(crate) qp: Pin<KBox<QueuePair<ScatterBuffer>>>,
     /// Whether the queue pair has its own ring (no shared receive queue).
     pub(crate) own_ring: bool,
-    pub(crate) port: Arc<CmPort>,
+    owner: Arc<dyn RxOwner>,
     pub(crate) drain: Arc<RxDrain>,
     /// Closed or failed: the work item destroys it once drained.
     dead: AtomicBool,
@@ -94,7 +318,7 @@ impl RxConnection {
             // and completions still queued for it find no connection and are dropped.
             self.drain.drained.store(true, Ordering::Release);
         }
-        self.port.schedule_work();
+        self.owner.clone().schedule_work();
     }
 
     pub(crate) fn is_dead(&self) -> bool {
@@ -127,14 +351,15 @@ impl Handler for RxConnection {
     }
 }
 
-/// Takes connection requests for the port's service.
+/// Takes connection requests for the interface's service.
 pub(crate) struct CmListen {
-    pub(crate) port: Arc<CmPort>,
+    pub(crate) owner: Arc<dyn RxOwner>,
 }
 
 impl ListenHandler for CmListen {
     fn request(&self, req: Request<'_>) -> Result {
-        let port = &self.port;
+        let port = self.owner.shared();
+        let table = self.owner.rx();
         if !port.open.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
@@ -156,13 +381,13 @@ impl ListenHandler for CmListen {
         };
         let own_ring = port.srq.is_none();
         let slot = if own_ring {
-            let Some(slot) = NonSrqSlot::take(port) else {
+            let Some(slot) = NonSrqSlot::take(table) else {
                 bump(&port.counters.cm_rx_rejected, 1);
                 crate::params::ipoib_dbg!(
                     "{} port {}: connection request refused: {} connections with rings of their own (max_nonsrq_conn_qp)\n",
                     port.name(),
                     port.port,
-                    port.nonsrq_max
+                    table.nonsrq_max
                 );
                 let _ = req.id().send_rej(cm::REJ_NO_QP);
                 return Err(ENOSPC);
@@ -174,7 +399,7 @@ impl ListenHandler for CmListen {
         let drain = Arc::new(
             RxDrain {
                 drained: AtomicBool::new(false),
-                port: port.clone(),
+                owner: self.owner.clone(),
             },
             GFP_KERNEL,
         )?;
@@ -182,7 +407,7 @@ impl ListenHandler for CmListen {
         let ring = if own_ring { port.ring_size } else { 0 };
         let qp = port.new_rc_qp(port.recv_cq.clone(), 1, Some(drain.clone()), ring)?;
         for _ in 0..ring {
-            qp.post_recv(CmPort::recv_buffer(&port.device)?)
+            qp.post_recv(srq::recv_buffer(&port.device)?)
                 .map_err(|(e, _)| e)?;
         }
         let psn = cm::random_psn();
@@ -192,7 +417,7 @@ impl ListenHandler for CmListen {
             RxConnection {
                 qp,
                 own_ring,
-                port: port.clone(),
+                owner: self.owner.clone(),
                 drain,
                 dead: AtomicBool::new(false),
                 closed_at: AtomicI64::new(0),
@@ -201,7 +426,7 @@ impl ListenHandler for CmListen {
             },
             GFP_KERNEL,
         )?;
-        let key = port.rx_serial.fetch_add(1, Ordering::Relaxed);
+        let key = table.serial.fetch_add(1, Ordering::Relaxed);
         let seen = RxSeen {
             last: now_ms(),
             packets: 0,
@@ -211,17 +436,17 @@ impl ListenHandler for CmListen {
             Some(_) => Some(RBTreeNode::new(conn.qp.id(), conn.clone(), GFP_KERNEL)?),
             None => None,
         };
-        let mut rx = port.rx.lock();
+        let mut rx = table.conns.lock();
         // Room first: once accepted, the identifier must be kept.
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let id = req.accept(conn.clone())?;
         // Listed only once accepted: a refused request leaves nothing behind.
-        let old = port.rx_seen.lock().insert(seen);
+        let old = table.seen.lock().insert(seen);
         drop(old);
         if let (Some(slot), Some(ring_node)) = (slot, ring_node) {
             // Listed before the reply, so NAPI finds the ring of the first message; the
             // place is given back when the connection is destroyed.
-            let old = port.rx_rings.lock().insert(ring_node);
+            let old = table.rings.lock().insert(ring_node);
             drop(old);
             slot.keep();
         }
@@ -257,19 +482,20 @@ impl ListenHandler for CmListen {
 /// A place among the `max_nonsrq_conn_qp` receive connections with rings of their own,
 /// given back if the connection is not made.
 struct NonSrqSlot<'a> {
-    port: &'a CmPort,
+    table: &'a RxTable,
 }
 
 impl<'a> NonSrqSlot<'a> {
     /// Takes a place, if one is free.
-    fn take(port: &'a CmPort) -> Option<Self> {
-        let max = port.nonsrq_max;
-        port.nonsrq_conns
+    fn take(table: &'a RxTable) -> Option<Self> {
+        let max = table.nonsrq_max;
+        table
+            .nonsrq_conns
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Self { port })
+            .map(|_| Self { table })
     }
 
     /// The connection is made: the place is given back when it is destroyed.
@@ -280,6 +506,6 @@ impl<'a> NonSrqSlot<'a> {
 
 impl Drop for NonSrqSlot<'_> {
     fn drop(&mut self) {
-        self.port.nonsrq_conns.fetch_sub(1, Ordering::AcqRel);
+        self.table.nonsrq_conns.fetch_sub(1, Ordering::AcqRel);
     }
 }

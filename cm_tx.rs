@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Connected mode, transmit side: the connection we open to a peer on the first packet for
-//! it, set up by the port's work item (own send CQ, RC queue pair on the shared receive
-//! queue, REQ), packets held until the REP and then sent in order from NAPI, torn down on
-//! any failure so that the next packet starts over.
+//! it, set up by connected mode's work item (own send CQ, RC queue pair on the shared
+//! receive queue, REQ), packets held until the REP and then sent in order from NAPI, torn
+//! down on any failure so that the next packet starts over. A connection reaches connected
+//! mode, which owns it, through [`CmOwner`].
 
 use crate::{
+    cm_shared::{CmOwner, CmShared},
     cq::TxCqEvents,
-    ipoib_cm::{now_ms, CmPort},
     send_credits::SendCredits,
-    stats::bump,
+    stats::{bump, now_ms},
     wire::{self, CmPrivateData, HwAddr, CM_MTU, HWADDR_LEN},
 };
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -18,9 +19,8 @@ use kernel::{
     new_spinlock_bh,
     prelude::*,
     rdma::{
-        cm::{self, CmId, CmIdRef, Event, GidAttr, Handler, PathRecord, QpState, ReqParams},
+        cm::{self, CmId, CmIdRef, Event, Handler, QpState, ReqParams},
         cq::{CompletionQueue, WcStatus, WorkCompletion},
-        device::Gid,
         qp::QueuePair,
     },
     sync::{Arc, SpinLockBh},
@@ -28,8 +28,6 @@ use kernel::{
 
 /// Packets a transmit connection holds while it is being set up.
 const HELD_MAX: usize = 32;
-/// The GID table entry our connections start from, as for datagram mode.
-const GID_INDEX: u32 = 0;
 /// Completions handled per CQ poll call.
 const POLL_BATCH: usize = 16;
 
@@ -140,7 +138,7 @@ impl TxState {
 #[pin_data]
 pub(crate) struct TxConnection {
     pub(crate) dest: HwAddr,
-    port: Arc<CmPort>,
+    cm: Arc<dyn CmOwner>,
     #[pin]
     pub(crate) state: SpinLockBh<TxState>,
     /// The largest payload the peer receives, from its REP.
@@ -152,8 +150,7 @@ pub(crate) struct TxConnection {
 
 impl TxConnection {
     /// One line for debugfs (`<if>_cm`): peer, state, queue pair, MTU, traffic.
-    #[cfg(CONFIG_DEBUG_FS)]
-    pub(crate) fn show(&self, out: &mut impl core::fmt::Write, now: i64) -> core::fmt::Result {
+    pub(crate) fn show(&self, out: &mut dyn core::fmt::Write, now: i64) -> core::fmt::Result {
         let (phase, qpn) = {
             let s = self.state.lock();
             (s.phase, s.link.as_ref().map(|l| l.qp.qp_num()))
@@ -172,12 +169,12 @@ impl TxConnection {
         )
     }
 
-    pub(crate) fn new(port: Arc<CmPort>, dest: HwAddr) -> Result<Arc<Self>> {
+    pub(crate) fn new(cm: Arc<dyn CmOwner>, dest: HwAddr) -> Result<Arc<Self>> {
         let held = Held::new()?;
         Arc::pin_init(
             pin_init!(Self {
                 dest,
-                port,
+                cm,
                 state <- new_spinlock_bh!(
                     TxState {
                         phase: TxPhase::New,
@@ -194,6 +191,11 @@ impl TxConnection {
         )
     }
 
+    /// What the connection shares with the others of its interface.
+    fn shared(&self) -> &CmShared {
+        self.cm.shared()
+    }
+
     pub(crate) fn phase(&self) -> TxPhase {
         self.state.lock().phase
     }
@@ -201,7 +203,7 @@ impl TxConnection {
     /// Sends `skb` (pseudo header first) now if established and nothing waits before it,
     /// else holds it for the connection.
     pub(crate) fn xmit(&self, skb: SkBuff, dev: &NetDevice) {
-        let c = &self.port.counters;
+        let c = &self.shared().counters;
         let mut s = self.state.lock();
         match s.phase {
             TxPhase::Live if s.held.is_empty() => self.post(&s, skb, dev, true),
@@ -227,7 +229,7 @@ impl TxConnection {
     /// wait for the lock held here (from the transmit path the device's qdisc, already
     /// running, only queues it).
     fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice, report: bool) {
-        let c = &self.port.counters;
+        let c = &self.shared().counters;
         let Some(link) = s.link.as_ref() else {
             bump(&c.tx_dropped, 1);
             return;
@@ -245,7 +247,7 @@ impl TxConnection {
             bump(&c.tx_dropped, 1);
             return;
         }
-        if !self.port.credits.take(dev) {
+        if !self.shared().credits.take(dev) {
             bump(&c.tx_dropped, 1);
             return;
         }
@@ -256,7 +258,7 @@ impl TxConnection {
                 bump(&c.tx_bytes, u64::from(len));
             }
             Err((_, skb)) => {
-                self.port.credits.give(1);
+                self.shared().credits.give(1);
                 drop(skb);
                 bump(&c.tx_errors, 1);
             }
@@ -265,14 +267,14 @@ impl TxConnection {
 
     /// Sets the connection up (process context): its CQ and RC queue pair, then the REQ.
     pub(crate) fn connect(self: &Arc<Self>) -> Result<CmId<TxConnection>> {
-        let port = &self.port;
+        let port = self.shared();
         let events = Arc::new(TxCqEvents::new(port.napi.clone()), GFP_KERNEL)?;
         let ring = port.send_ring;
         let cq = CompletionQueue::new(&port.device, ring + 1, 0, events, crate::OWNER)?;
         let qp = port.new_rc_qp(cq.clone(), ring, None, 0)?;
-        let sgid = GidAttr::get(&port.device, port.port, GID_INDEX)?;
-        let path =
-            PathRecord::roce_v2_link_local(&sgid.gid(), &Gid(self.dest.gid().0), port.path_mtu)?;
+        let (path, sgid) =
+            port.resolver
+                .connection_path(&port.device, &self.dest.gid(), port.path_mtu)?;
         let link = Arc::new(
             TxLink {
                 qp,
@@ -327,11 +329,11 @@ impl TxConnection {
                 s.phase = TxPhase::Live;
             }
         }
-        bump(&self.port.counters.cm_tx_established, 1);
+        bump(&self.shared().counters.cm_tx_established, 1);
         crate::params::ipoib_dbg!(
             "{} port {}: connected to {} (QPN 0x{:06x}, MTU {})\n",
-            self.port.name(),
-            self.port.port,
+            self.shared().name(),
+            self.shared().port,
             self.dest,
             link.qp.qp_num(),
             mtu
@@ -355,12 +357,12 @@ impl TxConnection {
         }
         pr_info!(
             "{} port {}: connection to {} stalled with {} sends in flight; closed\n",
-            self.port.name(),
-            self.port.port,
+            self.shared().name(),
+            self.shared().port,
             self.dest,
             in_flight
         );
-        bump(&self.port.counters.cm_tx_stalled, 1);
+        bump(&self.shared().counters.cm_tx_stalled, 1);
         self.fail();
         true
     }
@@ -370,7 +372,7 @@ impl TxConnection {
         let mut s = self.state.lock();
         s.phase = TxPhase::Dead;
         let dropped = s.held.clear();
-        bump(&self.port.counters.tx_dropped, dropped);
+        bump(&self.shared().counters.tx_dropped, dropped);
         s.link.take()
     }
 
@@ -382,16 +384,16 @@ impl TxConnection {
             s.phase = TxPhase::Dead;
             (s.held.clear(), never_up)
         };
-        bump(&self.port.counters.tx_dropped, dropped);
-        bump(&self.port.counters.cm_tx_failed, u64::from(never_up));
+        bump(&self.shared().counters.tx_dropped, dropped);
+        bump(&self.shared().counters.cm_tx_failed, u64::from(never_up));
         crate::params::ipoib_dbg!(
             "{} port {}: connection to {} closed{}\n",
-            self.port.name(),
-            self.port.port,
+            self.shared().name(),
+            self.shared().port,
             self.dest,
             if never_up { " before it was up" } else { "" }
         );
-        self.port.schedule_work();
+        self.cm.clone().schedule_work();
     }
 
     /// NAPI: reaps send completions and sends held packets once established. Returns whether
@@ -410,7 +412,7 @@ impl TxConnection {
                     for wc in &wcs[..n] {
                         let sent = link.qp.complete_send(wc);
                         if sent.is_some() {
-                            self.port.credits.give(1);
+                            self.shared().credits.give(1);
                         }
                         match wc.status() {
                             WcStatus::Success => {
@@ -424,24 +426,24 @@ impl TxConnection {
                             // (rxe does when a send finds the link down). Unless we closed
                             // the connection ourselves, it is lost.
                             WcStatus::Flushed => {
-                                bump(&self.port.counters.tx_dropped, 1);
+                                bump(&self.shared().counters.tx_dropped, 1);
                                 if s.phase == TxPhase::Live && !failed {
                                     pr_info!(
                                         "{} port {}: connection to {} lost (its queue pair failed)\n",
-                                        self.port.name(),
-                                        self.port.port,
+                                        self.shared().name(),
+                                        self.shared().port,
                                         self.dest
                                     );
                                     failed = true;
                                 }
                             }
                             WcStatus::Error(status) => {
-                                bump(&self.port.counters.tx_errors, 1);
+                                bump(&self.shared().counters.tx_errors, 1);
                                 if !failed {
                                     pr_info!(
                                         "{} port {}: connection to {} failed (send status {})\n",
-                                        self.port.name(),
-                                        self.port.port,
+                                        self.shared().name(),
+                                        self.shared().port,
                                         self.dest,
                                         status
                                     );
@@ -463,7 +465,7 @@ impl TxConnection {
         if active {
             self.last_ms.store(now_ms(), Ordering::Relaxed);
         }
-        while s.phase == TxPhase::Live && !s.held.is_empty() && self.port.credits.any_idle() {
+        while s.phase == TxPhase::Live && !s.held.is_empty() && self.shared().credits.any_idle() {
             if let Some(skb) = s.held.pop() {
                 self.post(&s, skb, dev, false);
             }
@@ -483,8 +485,8 @@ impl Handler for TxConnection {
                 if let Err(e) = self.established(id, private_data) {
                     pr_info!(
                         "{} port {}: connection to {} refused ({:?})\n",
-                        self.port.name(),
-                        self.port.port,
+                        self.shared().name(),
+                        self.shared().port,
                         self.dest,
                         e
                     );

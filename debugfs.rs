@@ -3,10 +3,41 @@
 //! debugfs files of an interface, under `ipoib/` as the C driver's: `<if>_mcg` (multicast
 //! groups) and `<if>_path` (destinations), in its format, and `<if>_cm` (every connection of
 //! connected mode). Created with the interface under its first name; nothing is shown
-//! where debugfs is not built in.
+//! where debugfs is not built in. What the files show comes from the interface through
+//! [`DebugView`], so this file does not depend on it.
 
-use crate::ipoib_ud::UdPort;
+use core::fmt::{self, Write};
 use kernel::{prelude::*, sync::Arc};
+
+/// What an interface shows in its debugfs files; `now` is the time idle times end at
+/// ([`crate::stats::now_ms`]).
+pub(crate) trait DebugView: Send + Sync {
+    /// `<if>_mcg`: the multicast groups, each as [`write_group`] writes it.
+    fn show_groups(&self, out: &mut dyn Write) -> fmt::Result;
+    /// `<if>_path`: the unicast destinations.
+    fn show_paths(&self, out: &mut dyn Write, now: i64) -> fmt::Result;
+    /// `<if>_cm`: the connections of connected mode, one line each.
+    fn show_connections(&self, out: &mut dyn Write, now: i64) -> fmt::Result;
+}
+
+/// One multicast group in the C driver's `_mcg` format: RoCE joins complete at once and
+/// nothing is queued; a send-only group is one sent to without joining.
+pub(crate) fn write_group(
+    out: &mut dyn Write,
+    mgid: &[u8; 16],
+    created_ms: i64,
+    send_only: bool,
+) -> fmt::Result {
+    write!(
+        out,
+        "GID: {}\n  created: {:10}\n  queuelen: {:9}\n  complete: {:>9}\n  send_only: {:>8}\n\n",
+        GidText(mgid),
+        created_ms,
+        0,
+        "yes",
+        if send_only { "yes" } else { "no" }
+    )
+}
 
 /// A GID as the C driver prints it: eight groups of hex digits, without leading zeros.
 pub(crate) struct GidText<'a>(pub(crate) &'a [u8; 16]);
@@ -27,8 +58,7 @@ impl core::fmt::Display for GidText<'_> {
 #[cfg(CONFIG_DEBUG_FS)]
 mod files {
     use super::*;
-    use crate::ipoib_cm::now_ms;
-    use core::fmt::{self, Write};
+    use crate::stats::now_ms;
     use kernel::{
         debugfs::{Dir, File, SeqFile, Show},
         str::CString,
@@ -45,28 +75,9 @@ mod files {
         }
     }
 
-    /// One multicast group in the C driver's `_mcg` format: RoCE joins complete at once and
-    /// nothing is queued; a send-only group is one sent to without joining.
-    pub(crate) fn write_group(
-        out: &mut impl Write,
-        mgid: &[u8; 16],
-        created_ms: i64,
-        send_only: bool,
-    ) -> fmt::Result {
-        write!(
-            out,
-            "GID: {}\n  created: {:10}\n  queuelen: {:9}\n  complete: {:>9}\n  send_only: {:>8}\n\n",
-            GidText(mgid),
-            created_ms,
-            0,
-            "yes",
-            if send_only { "yes" } else { "no" }
-        )
-    }
-
-    struct Groups(Arc<UdPort>);
-    struct Paths(Arc<UdPort>);
-    struct Connections(Arc<UdPort>);
+    struct Groups(Arc<dyn DebugView>);
+    struct Paths(Arc<dyn DebugView>);
+    struct Connections(Arc<dyn DebugView>);
 
     impl Show for Groups {
         fn show(&self, out: &mut SeqFile) -> Result {
@@ -105,15 +116,15 @@ mod files {
         pub(crate) fn new(
             root: &DebugRoot,
             name: &CStr,
-            port: &Arc<UdPort>,
+            view: Arc<dyn DebugView>,
         ) -> Result<Option<Self>> {
             let Some(dir) = &root.0 else {
                 return Ok(None);
             };
             Ok(Some(Self {
-                _groups: file(dir, name, "mcg", Groups(port.clone()))?,
-                _paths: file(dir, name, "path", Paths(port.clone()))?,
-                _connections: file(dir, name, "cm", Connections(port.clone()))?,
+                _groups: file(dir, name, "mcg", Groups(view.clone()))?,
+                _paths: file(dir, name, "path", Paths(view.clone()))?,
+                _connections: file(dir, name, "cm", Connections(view))?,
             }))
         }
     }
@@ -140,7 +151,7 @@ mod files {
         pub(crate) fn new(
             _root: &DebugRoot,
             _name: &CStr,
-            _port: &Arc<UdPort>,
+            _view: Arc<dyn DebugView>,
         ) -> Result<Option<Self>> {
             Ok(None)
         }

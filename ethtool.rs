@@ -1,17 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What `ethtool` shows and sets beyond the counters: the link speed, and the coalescing of
-//! receive events through the moderation of the receive CQ.
+//! What `ethtool` shows and sets beyond the counters: the driver and its device, the link
+//! speed, and the coalescing of receive events through the moderation of the receive CQ.
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
-    net::ethtool::{Coalesce, LinkSettings},
+    c_str,
+    net::ethtool::{Coalesce, DrvInfo, LinkSettings},
     prelude::*,
     rdma::{
         cq::{CompletionHandler, CompletionQueue},
-        device::Device,
+        device::{Device, FW_VERSION_LEN},
     },
 };
+
+/// What `ethtool -i` shows: the driver, and the RDMA device `device` with its firmware.
+pub(crate) fn fill_drvinfo(device: &Device, info: &mut DrvInfo) {
+    info.set_driver(c_str!("ib_ipoib"));
+    info.set_version(c_str!("1.0.0"));
+    let mut fw = [0u8; FW_VERSION_LEN];
+    info.set_fw_version(device.fw_version(&mut fw));
+    info.set_bus_info(device.name().as_bytes());
+}
 
 /// The largest moderation the CQ takes, in events and in microseconds.
 const MODERATION_MAX: u32 = u16::MAX as u32;

@@ -24,24 +24,29 @@ use kernel::{
 
 mod child;
 mod cm_rx;
+mod cm_shared;
 mod cm_tx;
 mod cq;
 mod debugfs;
 mod ethtool;
+mod events;
+mod interface;
 mod ipoib_cm;
 mod ipoib_ud;
 mod mcast;
 mod neigh;
 mod netdev;
 mod params;
+mod path;
 mod rx;
 mod send_credits;
+mod srq;
 mod stats;
 /// Wire formats, shared byte for byte with C peers; also built and tested on the host.
 pub mod wire;
 
 use debugfs::{DebugFiles, DebugRoot};
-use ipoib_ud::{PortFacts, UdPort};
+use interface::{Interface, PortFacts};
 
 /// The name the core's resource tracking shows for our queues and queue pairs.
 pub(crate) const OWNER: &CStr = c_str!("ib_ipoib");
@@ -101,7 +106,7 @@ kernel::ib_client_vtable!(IpoibClient);
 /// One interface: a port of a device and its `ibN`.
 struct IpoibPort {
     port: u32,
-    datapath: Arc<UdPort>,
+    interface: Arc<Interface>,
     netdev: Registration<IpoibNetdev>,
     _debug: Option<DebugFiles>,
 }
@@ -117,12 +122,12 @@ impl Drop for Ports {
         // afterwards; then the work it queued before is waited for.
         for p in core::mem::take(&mut self.entries) {
             let IpoibPort {
-                datapath, netdev, ..
+                interface, netdev, ..
             } = p;
             // Children first: they hold their parent.
-            datapath.children().delete_all();
+            interface.children().delete_all();
             drop(netdev);
-            datapath.flush_work();
+            interface.flush_work();
         }
     }
 }
@@ -160,33 +165,7 @@ impl EventHandler for Ports {
             what,
             dev.name()
         );
-        if let AsyncEvent::PortActive(_) = event {
-            // The speed may have changed with the link (children learn it from us).
-            UdPort::refresh_port(p.datapath.as_arc_borrow());
-        }
-        port_event(&event, dev, &p.datapath);
-        p.datapath
-            .children()
-            .for_each(|c| port_event(&event, c.device(), c.datapath()));
-    }
-}
-
-/// Applies a port event to the interface `dev` whose datapath is `datapath`.
-fn port_event(event: &AsyncEvent, dev: &kernel::net::dev::NetDevice, datapath: &Arc<UdPort>) {
-    match event {
-        AsyncEvent::PortActive(_) => {
-            datapath.set_port_active(true);
-            // A send that found the port down may have failed the queue pair.
-            UdPort::schedule_recovery(datapath.as_arc_borrow());
-            if datapath.carrier_ready() {
-                dev.carrier_on();
-            }
-        }
-        AsyncEvent::PortError(_) => {
-            datapath.set_port_active(false);
-            dev.carrier_off();
-        }
-        _ => datapath.flush_neighbours(),
+        Interface::port_event(&p.interface, dev, &event);
     }
 }
 
@@ -237,17 +216,17 @@ impl Client for IpoibClient {
 fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort> {
     let napi = NapiHandle::new()?;
     let facts = PortFacts::query(device, port)?;
-    let maker = child::Maker {
+    let maker = child::Maker::<Interface> {
         kind: ctx.link_kind.clone(),
         debug_root: ctx.debug_root.clone(),
     };
-    let datapath = UdPort::new(device, port, &facts, &napi, maker)?;
+    let interface = Interface::new(device, port, &facts, &napi, maker)?;
     let mut netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
-        datapath.local.as_bytes(),
-        datapath.clone(),
+        interface.local.as_bytes(),
+        interface.clone(),
         Some(&napi),
-        netdev::configure(&datapath),
+        netdev::configure(&interface),
     )?;
     netdev.set_link_kind(ctx.link_kind.clone());
     pr_info!(
@@ -255,22 +234,22 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
         device.name(),
         port,
         netdev.device().name(),
-        datapath.local,
-        if datapath.connected() {
+        interface.local,
+        if interface.connected() {
             "connected"
         } else {
             "datagram"
         }
     );
     // Debugging aids only: the interface works without them.
-    let debug =
-        DebugFiles::new(&ctx.debug_root, netdev.device().name(), &datapath).unwrap_or_else(|e| {
+    let debug = DebugFiles::new(&ctx.debug_root, netdev.device().name(), interface.clone())
+        .unwrap_or_else(|e| {
             pr_info!("{}: no debugfs files ({:?})\n", netdev.device().name(), e);
             None
         });
     Ok(IpoibPort {
         port,
-        datapath,
+        interface,
         netdev,
         _debug: debug,
     })

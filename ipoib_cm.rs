@@ -8,55 +8,53 @@
 //! connections take their buffers from one shared receive queue (or, where the device has
 //! none or `cm_srq=0`, each from a ring of its own, at most `max_nonsrq_conn_qp` of them)
 //! and complete on the interface's receive CQ; each transmit connection has its own send
-//! CQ. Connections are made and destroyed in process context (the port's work item); NAPI
-//! only posts, polls and hands packets up. This file holds the per-interface state; the
-//! connections are in `cm_tx.rs` and `cm_rx.rs`.
+//! CQ. Connections are made and destroyed in process context (the work item); NAPI only
+//! posts, polls and hands packets up. This file holds the per-interface state: the
+//! listener, the transmit connections, the work; the connections are in `cm_tx.rs` and
+//! `cm_rx.rs` (with the table of receive connections), what they share in `cm_shared.rs`,
+//! the shared receive queue and the receive buffers in `srq.rs`. It knows nothing of the
+//! interface that owns it: what it needs comes in through [`ConnectedMode::new`].
 
 use crate::{
-    cm_rx::{CmListen, RxConnection},
+    cm_rx::{CmListen, RxOwner, RxTable},
+    cm_shared::{CmOwner, CmShared},
     cm_tx::{TxConnection, TxPhase},
-    params, rx,
+    params,
+    path::PathResolver,
     send_credits::SendCredits,
-    stats::{bump, Counters},
-    wire::{self, CmPrivateData, HwAddr, CM_BUF_SIZE, HWADDR_LEN},
+    srq,
+    stats::{bump, now_ms, Counters},
+    wire::{self, HwAddr, CM_MTU, HWADDR_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
-    delay,
     net::{
         dev::NetDevice,
         napi::{Napi, NapiHandle},
-        skb::{PacketType, SkBuff},
+        rtnl::Rtnl,
+        skb::SkBuff,
     },
     new_mutex, new_spinlock_bh,
-    page::PAGE_SIZE,
     prelude::*,
     rbtree::{RBTree, RBTreeNode},
     rdma::{
         cm::{CmId, Listener},
-        cq::{CompletionQueue, QpId, RawCompletionQueue, WcStatus, WorkCompletion},
-        device::{Device, DeviceRef, Mtu},
-        dma::{DmaPage, ScatterBuffer},
+        cq::{CompletionQueue, WorkCompletion},
+        device::{Device, Mtu},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpEventHandler, QpType, QueuePair, RecvBuffer, SharedQueue},
-        srq::SharedReceiveQueue,
     },
     sync::{Arc, ArcBorrow, Mutex, SpinLockBh},
-    time::{msecs_to_jiffies, Ktime},
+    time::msecs_to_jiffies,
     workqueue::{
         self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
         WorkItem,
     },
 };
 
-/// Pages of a receive buffer after its head: with the head, `CM_BUF_SIZE` bytes.
-const RX_PAGES: usize = CM_BUF_SIZE as usize / PAGE_SIZE;
-/// The head of a receive buffer: what is left of `CM_BUF_SIZE` after whole pages (4084
-/// bytes with 4 KiB pages, as in the C driver). It becomes the skb's linear part.
-const RX_HEAD: usize = CM_BUF_SIZE as usize % PAGE_SIZE;
-
-/// How long a closed receive connection may take to drain before it is destroyed anyway.
-const DRAIN_TIMEOUT_MS: i64 = 5000;
+/// The work item that sets transmit connections up and destroys dead connections.
+const MAINTAIN_WORK: u64 = 0;
+/// The delayed work item that closes idle receive connections.
+const STALE_WORK: u64 = 1;
 
 /// Connections are keyed by the peer's address without its flags byte.
 type PeerKey = [u8; HWADDR_LEN];
@@ -67,40 +65,17 @@ fn peer_key(addr: &HwAddr) -> PeerKey {
     key
 }
 
-/// Connected mode on one interface.
+/// Connected mode on one interface (C: `struct ipoib_cm_dev_priv`): the listener, the
+/// connections and their tables, the shared receive queue, and the work that makes and
+/// reaps connections. Tables NAPI reaches are under bottom-half spinlocks; those only
+/// process context touches are under mutexes.
 #[pin_data]
-pub(crate) struct CmPort {
-    pub(crate) device: DeviceRef,
-    pub(crate) port: u32,
-    /// Our UD QPN, announced in REQs and REPs.
-    local_qpn: u32,
-    /// The path MTU of connections (the port's active MTU).
-    pub(crate) path_mtu: Mtu,
-    /// Sends a transmit connection's queue pair and CQ take: all the interface's credits.
-    pub(crate) send_ring: u32,
-    pub(crate) pd: Arc<ProtectionDomain>,
-    /// Where receive connections take their buffers from; `None`: from rings of their own.
-    pub(crate) srq: Option<Arc<SharedReceiveQueue<ScatterBuffer>>>,
-    /// Buffers of a receive connection's own ring (without a shared receive queue).
-    pub(crate) ring_size: u32,
-    /// Receive connections with rings of their own accepted at most: `max_nonsrq_conn_qp`,
-    /// or fewer if the receive CQ could not be made large enough for them.
-    pub(crate) nonsrq_max: usize,
-    /// Receive connections with rings of their own, counted against `max_nonsrq_conn_qp`
-    /// from the request on, until destroyed.
-    pub(crate) nonsrq_conns: AtomicUsize,
-    /// Receive connections with rings of their own, by queue pair: NAPI finds a
-    /// completion's buffer there. Removed before the connection is destroyed, so NAPI never
-    /// holds the last reference.
-    #[pin]
-    pub(crate) rx_rings: SpinLockBh<RBTree<QpId, Arc<RxConnection>>>,
-    /// The interface's receive CQ, shared with the UD queue pair.
-    pub(crate) recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
-    pub(crate) credits: Arc<SendCredits>,
-    pub(crate) counters: Arc<Counters>,
-    pub(crate) napi: NapiHandle,
-    /// Whether connections are made and accepted (the interface is up).
-    pub(crate) open: AtomicBool,
+pub(crate) struct ConnectedMode {
+    /// What the connections share.
+    shared: CmShared,
+    /// Whether unicast to peers that offer connected mode goes over connections: the
+    /// interface's mode.
+    in_use: AtomicBool,
     #[pin]
     listener: Mutex<Option<Listener<CmListen>>>,
     /// Transmit connections by peer.
@@ -109,37 +84,18 @@ pub(crate) struct CmPort {
     /// The identifiers of transmit connections, kept by the work item.
     #[pin]
     tx_ids: Mutex<RBTree<PeerKey, CmId<TxConnection>>>,
-    /// Receive connections by arrival number.
+    /// Receive connections.
     #[pin]
-    pub(crate) rx: Mutex<RBTree<u64, CmId<RxConnection>>>,
-    pub(crate) rx_serial: AtomicU64,
-    /// When each receive connection last delivered a message (ms, monotonic), by queue
-    /// pair: NAPI only knows a completion's queue pair.
-    #[pin]
-    pub(crate) rx_seen: SpinLockBh<RBTree<QpId, RxSeen>>,
+    rx: RxTable,
     /// Sets connections up and destroys them.
     #[pin]
-    work: Work<CmPort>,
+    work: Work<ConnectedMode, MAINTAIN_WORK>,
     /// Closes idle receive connections, periodically while the interface is up.
     #[pin]
-    stale_work: DelayedWork<CmPort, 1>,
+    stale_work: DelayedWork<ConnectedMode, STALE_WORK>,
 }
 
-/// What NAPI records of a receive connection's traffic.
-#[derive(Clone, Copy)]
-pub(crate) struct RxSeen {
-    /// When it last delivered a message (ms, monotonic).
-    pub(crate) last: i64,
-    /// Messages delivered.
-    pub(crate) packets: u64,
-}
-
-/// Monotonic time in milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    Ktime::ktime_get().to_ms()
-}
-
-impl CmPort {
+impl ConnectedMode {
     /// Prepares connected mode for an interface: the shared receive queue, filled, where the
     /// device has one and `cm_srq` allows it.
     #[allow(clippy::too_many_arguments)]
@@ -148,6 +104,7 @@ impl CmPort {
         port: u32,
         local_qpn: u32,
         path_mtu: Mtu,
+        resolver: PathResolver,
         (send_ring, recv_ring, nonsrq_max): (u32, u32, usize),
         pd: &Arc<ProtectionDomain>,
         recv_cq: Arc<CompletionQueue<crate::cq::CqEvents>>,
@@ -155,117 +112,113 @@ impl CmPort {
         counters: Arc<Counters>,
         napi: &NapiHandle,
     ) -> Result<Arc<Self>> {
-        let srq = if Self::uses_srq(device) {
-            let srq = SharedReceiveQueue::new(pd, recv_ring, 1 + RX_PAGES as u32)?;
-            for _ in 0..recv_ring {
-                srq.post_recv(Self::recv_buffer(device)?)
-                    .map_err(|(e, _)| e)?;
-            }
-            Some(srq)
+        let srq = if srq::uses_srq(device) {
+            Some(srq::new_srq(device, pd, recv_ring)?)
         } else {
             None
         };
-        let device = device.get_ref()?;
+        let shared = CmShared {
+            device: device.get_ref()?,
+            port,
+            local_qpn,
+            path_mtu,
+            resolver,
+            send_ring,
+            pd: pd.clone(),
+            srq,
+            ring_size: recv_ring,
+            recv_cq,
+            credits,
+            counters,
+            napi: napi.clone(),
+            open: AtomicBool::new(false),
+        };
         Arc::pin_init(
             pin_init!(Self {
-                device,
-                port,
-                local_qpn,
-                path_mtu,
-                send_ring,
-                pd: pd.clone(),
-                srq,
-                ring_size: recv_ring,
-                nonsrq_max,
-                nonsrq_conns: AtomicUsize::new(0),
-                rx_rings <- new_spinlock_bh!(RBTree::new(), "CmPort::rx_rings"),
-                recv_cq,
-                credits,
-                counters,
-                napi: napi.clone(),
-                open: AtomicBool::new(false),
-                listener <- new_mutex!(None, "CmPort::listener"),
-                tx <- new_spinlock_bh!(RBTree::new(), "CmPort::tx"),
-                tx_ids <- new_mutex!(RBTree::new(), "CmPort::tx_ids"),
-                rx <- new_mutex!(RBTree::new(), "CmPort::rx"),
-                rx_serial: AtomicU64::new(0),
-                rx_seen <- new_spinlock_bh!(RBTree::new(), "CmPort::rx_seen"),
-                work <- new_work!("CmPort::work"),
-                stale_work <- new_delayed_work!("CmPort::stale_work"),
+                shared,
+                in_use: AtomicBool::new(params::CONNECTED_MODE.get()),
+                listener <- new_mutex!(None, "ConnectedMode::listener"),
+                tx <- new_spinlock_bh!(RBTree::new(), "ConnectedMode::tx"),
+                tx_ids <- new_mutex!(RBTree::new(), "ConnectedMode::tx_ids"),
+                rx <- RxTable::new(nonsrq_max),
+                work <- new_work!("ConnectedMode::work"),
+                stale_work <- new_delayed_work!("ConnectedMode::stale_work"),
             }),
             GFP_KERNEL,
         )
     }
 
-    pub(crate) fn name(&self) -> &CStr {
-        self.device.name()
-    }
-
-    pub(crate) fn private_data(&self) -> [u8; wire::CM_PRIVATE_DATA_LEN] {
-        CmPrivateData {
-            qpn: self.local_qpn,
-            mtu: CM_BUF_SIZE,
+    /// How many receive connections with rings of their own the receive CQ of an interface
+    /// on `port` of `device` gets room for, beyond its `base_cqe` entries, with rings of
+    /// `ring` buffers: none where they share a receive queue, else `max_nonsrq_conn_qp`, as
+    /// far as the device allows (the cap follows, as the C driver sizes it).
+    pub(crate) fn nonsrq_room(device: &Device, port: u32, ring: u32, base_cqe: u32) -> usize {
+        if srq::uses_srq(device) {
+            return 0;
         }
-        .to_bytes()
+        let room = device.max_cqe().saturating_sub(base_cqe) / ring;
+        let max = params::max_nonsrq_conn_qp().min(room as usize);
+        if max < params::max_nonsrq_conn_qp() {
+            pr_info!(
+                "{} port {}: room for {} receive connections only (max_nonsrq_conn_qp {})\n",
+                device.name(),
+                port,
+                max,
+                params::max_nonsrq_conn_qp()
+            );
+        }
+        max
     }
 
-    /// Whether receive connections on `device` share one receive queue: where it has them,
-    /// unless `cm_srq=0`.
-    pub(crate) fn uses_srq(device: &Device) -> bool {
-        params::CM_SRQ.get() && SharedReceiveQueue::supported(device)
+    /// Whether the interface is in connected mode.
+    pub(crate) fn in_use(&self) -> bool {
+        self.in_use.load(Ordering::Relaxed)
     }
 
-    /// A receive buffer of connected mode: a head and pages, `CM_BUF_SIZE` bytes in all.
-    pub(crate) fn recv_buffer(device: &Device) -> Result<ScatterBuffer> {
-        ScatterBuffer::new(device, RX_HEAD, RX_PAGES, GFP_KERNEL)
-    }
-
-    /// A new RC queue pair completing on `cq`, with room for `send_wr` sends, reporting its
-    /// events to `events`, in INIT: what both kinds of connection start from. It receives
-    /// into a ring of its own of `own_ring` buffers (posted by the caller) if that is not
-    /// zero, else from the shared receive queue, if any.
-    pub(crate) fn new_rc_qp<B: RecvBuffer>(
-        &self,
-        cq: Arc<dyn RawCompletionQueue>,
-        send_wr: u32,
-        events: Option<Arc<dyn QpEventHandler>>,
-        own_ring: u32,
-    ) -> Result<Pin<KBox<QueuePair<B>>>> {
-        let caps = QpCaps {
-            max_send_wr: send_wr,
-            max_recv_wr: own_ring,
-            max_send_sge: crate::ipoib_ud::send_sges(&self.device),
-            max_recv_sge: if own_ring > 0 { 1 + RX_PAGES as u32 } else { 0 },
-        };
-        let srq = match own_ring {
-            0 => self.srq.clone().map(|s| s as Arc<dyn SharedQueue>),
-            _ => None,
-        };
-        let qp = QueuePair::with_buffers(
-            QpType::Rc,
-            &self.pd,
-            cq.clone(),
-            cq,
-            srq,
-            caps,
-            events,
-            crate::OWNER,
-        )?;
-        qp.init_rc(self.port, 0)?;
-        Ok(qp)
-    }
-
-    /// Has the work item run; one already queued does the job.
-    pub(crate) fn schedule_work(self: &Arc<Self>) {
-        let _ = workqueue::system().enqueue::<_, 0>(self.clone());
+    /// Switches the interface whose net_device is `dev` into connected mode or out of it,
+    /// under RTNL: connected mode raises the MTU to its largest; datagram mode clamps it to
+    /// `ud_mtu` and closes the transmit connections.
+    pub(crate) fn switch(
+        self: &Arc<Self>,
+        dev: &NetDevice,
+        rtnl: &Rtnl,
+        on: bool,
+        ud_mtu: u32,
+    ) -> Result {
+        if on {
+            self.in_use.store(true, Ordering::Relaxed);
+            if let Err(e) = dev.set_mtu(rtnl, CM_MTU) {
+                self.in_use.store(false, Ordering::Relaxed);
+                return Err(e);
+            }
+        } else {
+            self.in_use.store(false, Ordering::Relaxed);
+            if dev.mtu() > ud_mtu {
+                dev.set_mtu(rtnl, ud_mtu)?;
+            }
+            self.close_tx();
+        }
+        pr_info!(
+            "{}: {} mode, MTU {}\n",
+            dev.name(),
+            if on { "connected" } else { "datagram" },
+            dev.mtu()
+        );
+        Ok(())
     }
 
     /// Starts listening for connections (the interface comes up).
     pub(crate) fn start(self: &Arc<Self>) -> Result {
-        let listen = Arc::new(CmListen { port: self.clone() }, GFP_KERNEL)?;
-        let listener = Listener::new(&self.device, wire::cm_service_id(self.local_qpn), listen)?;
+        let listen = Arc::new(
+            CmListen {
+                owner: self.clone(),
+            },
+            GFP_KERNEL,
+        )?;
+        let sh = &self.shared;
+        let listener = Listener::new(&sh.device, wire::cm_service_id(sh.local_qpn), listen)?;
         *self.listener.lock() = Some(listener);
-        self.open.store(true, Ordering::Release);
+        sh.open.store(true, Ordering::Release);
         self.schedule_stale_check();
         Ok(())
     }
@@ -278,71 +231,50 @@ impl CmPort {
     fn schedule_stale_check(self: &Arc<Self>) {
         // Checked twice per idle period, so a connection goes at most 1.5 periods idle.
         let period = (Self::stale_ms() / 2).clamp(1000, i64::from(u32::MAX)) as u32;
-        let _ = workqueue::system().enqueue_delayed::<_, 1>(self.clone(), msecs_to_jiffies(period));
+        let _ = workqueue::system()
+            .enqueue_delayed::<_, STALE_WORK>(self.clone(), msecs_to_jiffies(period));
     }
 
     /// Closes the receive connections idle for longer than the stale time (the delayed work
     /// item), destroys closed ones that never drained, then checks again later while the
     /// interface is up.
     fn reap_stale(self: &Arc<Self>) {
-        let deadline = now_ms() - Self::stale_ms();
-        let mut closed = 0u32;
-        for id in self.rx.lock().values() {
-            let conn = id.handler();
-            if conn.is_dead() {
-                continue;
-            }
-            let last = self.rx_seen.lock().get(&conn.qp.id()).map(|s| s.last);
-            if last.map_or(true, |t| t < deadline) {
-                conn.close();
-                closed += 1;
-            }
-        }
-        bump(&self.counters.cm_rx_stale, u64::from(closed));
+        let closed = self.rx.close_idle(now_ms() - Self::stale_ms());
+        bump(&self.shared.counters.cm_rx_stale, u64::from(closed));
         if closed > 0 {
             pr_info!(
                 "{} port {}: {} idle receive connection(s) closed\n",
-                self.name(),
-                self.port,
+                self.shared.name(),
+                self.shared.port,
                 closed
             );
         }
         self.destroy_connections(false);
-        if self.open.load(Ordering::Acquire) {
+        if self.shared.open.load(Ordering::Acquire) {
             self.schedule_stale_check();
+        }
+    }
+
+    /// Hands up the message of a receive completion `wc` if a receive connection's queue
+    /// pair made it (from NAPI, for completions the UD queue pair does not own).
+    pub(crate) fn receive(&self, wc: &WorkCompletion, napi: &Napi) {
+        if let Some(buf) = self.rx.complete_recv(&self.shared, wc) {
+            self.rx.receive(&self.shared, wc, buf, napi);
         }
     }
 
     /// Stops listening and destroys every connection (the interface goes down).
     pub(crate) fn stop(&self) {
-        self.open.store(false, Ordering::Release);
+        self.shared.open.store(false, Ordering::Release);
         let listener = self.listener.lock().take();
         drop(listener);
         // A run already under way may queue itself once more: flush until idle.
         while self.stale_work.flush() {}
-        self.drain_rx();
+        self.rx.drain();
         self.destroy_connections(true);
         self.work.flush();
         // A run that was under way may have made a connection meanwhile.
         self.destroy_connections(true);
-    }
-
-    /// Closes every receive connection and waits, boundedly, until their queue pairs have
-    /// let go of the shared receive queue.
-    fn drain_rx(&self) {
-        for id in self.rx.lock().values() {
-            id.handler().close();
-        }
-        let start = now_ms();
-        while now_ms() - start < DRAIN_TIMEOUT_MS
-            && !self
-                .rx
-                .lock()
-                .values()
-                .all(|id| id.handler().drain.drained())
-        {
-            delay::msleep(10);
-        }
     }
 
     /// Fails the transmit connections whose sends have not completed since `deadline` (ms,
@@ -363,8 +295,8 @@ impl CmPort {
             s.phase = TxPhase::Dead;
             dropped += s.held.clear();
         }
-        bump(&self.counters.tx_dropped, dropped);
-        self.schedule_work();
+        bump(&self.shared.counters.tx_dropped, dropped);
+        self.clone().schedule_work();
     }
 
     /// Sends `skb` to `dest` over its transmit connection, made on first use.
@@ -376,7 +308,7 @@ impl CmPort {
             None => match Self::add_tx(this, key, dest) {
                 Ok(conn) => conn,
                 Err(_) => {
-                    bump(&this.counters.tx_dropped, 1);
+                    bump(&this.shared.counters.tx_dropped, 1);
                     return;
                 }
             },
@@ -385,15 +317,15 @@ impl CmPort {
     }
 
     fn add_tx(this: ArcBorrow<'_, Self>, key: PeerKey, dest: &HwAddr) -> Result<Arc<TxConnection>> {
-        if !this.open.load(Ordering::Acquire) {
+        if !this.shared.open.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
-        let port: Arc<Self> = this.into();
-        let conn = TxConnection::new(port.clone(), *dest)?;
+        let cm: Arc<Self> = this.into();
+        let conn = TxConnection::new(cm.clone(), *dest)?;
         let node = RBTreeNode::new(key, conn.clone(), GFP_ATOMIC)?;
-        let old = port.tx.lock().insert(node);
+        let old = cm.tx.lock().insert(node);
         drop(old);
-        port.schedule_work();
+        cm.schedule_work();
         Ok(conn)
     }
 
@@ -432,10 +364,9 @@ impl CmPort {
     }
 
     /// Lists every connection for debugfs (`<if>_cm`): transmit ones, then receive ones.
-    #[cfg(CONFIG_DEBUG_FS)]
     pub(crate) fn show_connections(
         &self,
-        out: &mut impl core::fmt::Write,
+        out: &mut dyn core::fmt::Write,
         now: i64,
     ) -> core::fmt::Result {
         // Each connection's state lock is taken outside the table's.
@@ -448,111 +379,19 @@ impl CmPort {
         for conn in &tx {
             conn.show(out, now)?;
         }
-        for id in self.rx.lock().values() {
-            let conn = id.handler();
-            let seen = self.rx_seen.lock().get(&conn.qp.id()).copied();
-            write!(
-                out,
-                "rx peer-qpn 0x{:06x} peer-ud-qpn 0x{:06x} state {} qpn 0x{:06x} packets {} idle {} ms",
-                conn.peer_qpn,
-                conn.peer_ud_qpn,
-                if conn.is_dead() { "closing" } else { "live" },
-                conn.qp.qp_num(),
-                seen.map_or(0, |s| s.packets),
-                seen.map_or(0, |s| now - s.last),
-            )?;
-            if conn.own_ring {
-                writeln!(out, " recv ring {}", conn.qp.recvs_posted())?;
-            } else {
-                writeln!(out, " recv srq")?;
-            }
-        }
-        Ok(())
+        self.rx.show(out, now)
     }
 
     /// Transmit and receive connections in place.
     pub(crate) fn connection_counts(&self) -> (u64, u64) {
         let tx = self.tx.lock().iter().count() as u64;
-        let rx = self.rx.lock().iter().count() as u64;
+        let rx = self.rx.count();
         (tx, rx)
-    }
-
-    /// Takes back the buffer of a receive connection that `wc` completes, if it is one.
-    pub(crate) fn complete_recv(&self, wc: &WorkCompletion) -> Option<ScatterBuffer> {
-        match &self.srq {
-            Some(srq) => srq.complete_recv(wc),
-            None => self
-                .rx_rings
-                .lock()
-                .get(&wc.qp_id())
-                .and_then(|conn| conn.qp.complete_recv(wc)),
-        }
-    }
-
-    /// Gives `buf` back to the queue it came from, after a completion of `status` on
-    /// connection queue pair `qp`; returns whether that failed where it should not have.
-    fn repost(&self, buf: ScatterBuffer, qp: QpId, status: WcStatus) -> bool {
-        match &self.srq {
-            Some(srq) => srq.post_recv(buf).is_err(),
-            // A flushed buffer belongs to a closing connection: it goes with it.
-            None if matches!(status, WcStatus::Flushed) => false,
-            None => match self.rx_rings.lock().get(&qp) {
-                // A connection closing meanwhile refuses it; it goes.
-                Some(conn) => conn.qp.post_recv(buf).is_err() && !conn.is_dead(),
-                None => false,
-            },
-        }
-    }
-
-    /// Hands up a message that filled `len` bytes of `buf`: the head is copied into the
-    /// skb, the pages the message reached go up as fragments and fresh pages take their
-    /// place (no copy of the bulk of a large message).
-    fn deliver(&self, buf: &mut ScatterBuffer, len: usize, napi: &Napi) {
-        let (head, pages) = buf.parts_mut();
-        let Some(head) = head.get(..len.min(RX_HEAD)) else {
-            bump(&self.counters.rx_errors, 1);
-            return;
-        };
-        let device = &self.device;
-        rx::deliver_with(head, PacketType::Host, napi, &self.counters, |skb| {
-            let mut left = len.saturating_sub(RX_HEAD);
-            let mut index = 0;
-            while left > 0 {
-                // Without a fresh page the old one stays and the packet is dropped.
-                let fresh = DmaPage::new(device, GFP_ATOMIC)?;
-                let page = pages.replace(index, fresh).ok_or(EINVAL)?;
-                let n = left.min(PAGE_SIZE);
-                skb.add_page(page, 0, n)?;
-                left -= n;
-                index += 1;
-            }
-            Ok(())
-        });
-    }
-
-    /// Hands a message received on a connection up and reposts its buffer.
-    pub(crate) fn receive(&self, wc: &WorkCompletion, mut buf: ScatterBuffer, napi: &Napi) {
-        let c = &self.counters;
-        if let WcStatus::Success = wc.status() {
-            if let Some(seen) = self.rx_seen.lock().get_mut(&wc.qp_id()) {
-                seen.last = now_ms();
-                seen.packets += 1;
-            }
-        }
-        match wc.status() {
-            WcStatus::Success => self.deliver(&mut buf, wc.byte_len() as usize, napi),
-            // A receive connection closed: the buffers it had taken come back.
-            WcStatus::Flushed => {}
-            WcStatus::Error(_) => bump(&c.rx_errors, 1),
-        }
-        if self.repost(buf, wc.qp_id(), wc.status()) {
-            bump(&c.rx_errors, 1);
-        }
     }
 
     /// Sets up new transmit connections and destroys dead ones (the work item).
     fn maintain(&self) {
-        while self.open.load(Ordering::Acquire) {
+        while self.shared.open.load(Ordering::Acquire) {
             let next = self
                 .tx
                 .lock()
@@ -569,11 +408,11 @@ impl CmPort {
                     Err(_) => drop(conn.unlink()),
                 },
                 Err(e) => {
-                    bump(&self.counters.cm_tx_failed, 1);
+                    bump(&self.shared.counters.cm_tx_failed, 1);
                     pr_info!(
                         "{} port {}: cannot connect to {} ({:?})\n",
-                        self.name(),
-                        self.port,
+                        self.shared.name(),
+                        self.shared.port,
                         conn.dest,
                         e
                     );
@@ -603,41 +442,12 @@ impl CmPort {
             drop(conn.unlink());
         }
         // Receive connections: once drained, or when draining takes too long.
-        let now = now_ms();
-        let due = |conn: &RxConnection| {
-            all || conn.drain.drained()
-                || conn.closed_at().is_some_and(|t| now - t > DRAIN_TIMEOUT_MS)
-        };
-        let mut undrained = 0u32;
-        loop {
-            let victim = {
-                let mut rx = self.rx.lock();
-                let key = rx
-                    .iter()
-                    .find(|(_, id)| due(&id.handler()))
-                    .map(|(k, _)| *k);
-                key.and_then(|k| rx.remove(&k))
-            };
-            let Some(id) = victim else { break };
-            let conn = id.handler();
-            if conn.drain.drained() {
-                bump(&self.counters.cm_rx_drained, 1);
-            } else {
-                undrained += 1;
-            }
-            self.rx_seen.lock().remove(&conn.qp.id());
-            let ring = self.rx_rings.lock().remove(&conn.qp.id());
-            if ring.is_some() {
-                self.nonsrq_conns.fetch_sub(1, Ordering::AcqRel);
-            }
-            drop(ring);
-            drop(id);
-        }
+        let undrained = self.rx.destroy(&self.shared, all);
         if undrained > 0 {
             pr_warn!(
                 "{} port {}: {} receive connection(s) destroyed before their queue pair drained\n",
-                self.name(),
-                self.port,
+                self.shared.name(),
+                self.shared.port,
                 undrained
             );
         }
@@ -645,25 +455,41 @@ impl CmPort {
 }
 
 impl_has_work! {
-    impl HasWork<Self> for CmPort { self.work }
+    impl HasWork<Self, MAINTAIN_WORK> for ConnectedMode { self.work }
 }
 
-impl WorkItem for CmPort {
-    type Pointer = Arc<CmPort>;
+impl WorkItem<MAINTAIN_WORK> for ConnectedMode {
+    type Pointer = Arc<ConnectedMode>;
 
-    fn run(this: Arc<CmPort>) {
+    fn run(this: Arc<ConnectedMode>) {
         this.maintain();
     }
 }
 
 impl_has_delayed_work! {
-    impl HasDelayedWork<Self, 1> for CmPort { self.stale_work }
+    impl HasDelayedWork<Self, STALE_WORK> for ConnectedMode { self.stale_work }
 }
 
-impl WorkItem<1> for CmPort {
-    type Pointer = Arc<CmPort>;
+impl WorkItem<STALE_WORK> for ConnectedMode {
+    type Pointer = Arc<ConnectedMode>;
 
-    fn run(this: Arc<CmPort>) {
+    fn run(this: Arc<ConnectedMode>) {
         this.reap_stale();
+    }
+}
+
+impl CmOwner for ConnectedMode {
+    fn shared(&self) -> &CmShared {
+        &self.shared
+    }
+
+    fn schedule_work(self: Arc<Self>) {
+        let _ = workqueue::system().enqueue::<_, MAINTAIN_WORK>(self);
+    }
+}
+
+impl RxOwner for ConnectedMode {
+    fn rx(&self) -> &RxTable {
+        &self.rx
     }
 }

@@ -16,7 +16,7 @@ use kernel::{
     prelude::*,
     rbtree::{RBTree, RBTreeNode},
     rdma::ah::AddressHandle,
-    sync::Arc,
+    sync::{Arc, SpinLockBh},
 };
 
 /// Entries kept before the table starts over; the handles are cheap to make again.
@@ -24,7 +24,7 @@ const MAX_NEIGHBOURS: usize = 256;
 /// Retired handles waiting for their sends to complete.
 const RETIRED_MAX: usize = 2 * MAX_NEIGHBOURS;
 /// Handles dropped per [`Neighbours::take_reapable`] call.
-pub(crate) const REAP_BATCH: usize = 16;
+const REAP_BATCH: usize = 16;
 
 /// One destination: its handle and when a packet last used it (ms, monotonic).
 pub(crate) struct Neighbour {
@@ -69,7 +69,6 @@ impl Neighbours {
         Some(&n.ah)
     }
 
-    /// Whether `gid` has a handle.
     /// Calls `f` with each destination and when a packet last used it.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&[u8; 16], i64)) {
         for (gid, entry) in self.entries.iter() {
@@ -77,6 +76,7 @@ impl Neighbours {
         }
     }
 
+    /// Whether `gid` has a handle.
     pub(crate) fn contains(&self, gid: &[u8; 16]) -> bool {
         self.entries.get(gid).is_some()
     }
@@ -110,7 +110,7 @@ impl Neighbours {
     /// Retires the destinations unused since `deadline` (all with `i64::MAX`), `posted`
     /// sends having been posted so far; returns how many. Entries stay while no retirement
     /// slot is free.
-    pub(crate) fn retire_idle(&mut self, deadline: i64, posted: u64) -> usize {
+    fn retire_idle(&mut self, deadline: i64, posted: u64) -> usize {
         let mut retired = 0;
         loop {
             let mut keys = [[0u8; 16]; REAP_BATCH];
@@ -143,7 +143,7 @@ impl Neighbours {
     /// Takes out retired handles whose sends have all completed (`completed` sends so
     /// far), into `out`; the caller drops them outside the lock, in process context.
     /// Returns how many.
-    pub(crate) fn take_reapable(
+    fn take_reapable(
         &mut self,
         completed: u64,
         out: &mut [Option<Arc<AddressHandle>>; REAP_BATCH],
@@ -162,5 +162,30 @@ impl Neighbours {
             }
         }
         n
+    }
+}
+
+/// Retires the destinations of `table` unused since `deadline` (all with `i64::MAX`), then
+/// drops the retired handles no send refers to any more, in process context and outside
+/// the lock. `posted` and `completed` tell the sends posted and completed so far.
+pub(crate) fn retire(
+    table: &SpinLockBh<Neighbours>,
+    deadline: i64,
+    posted: impl Fn() -> u64,
+    completed: impl Fn() -> u64,
+) {
+    {
+        let mut neigh = table.lock();
+        neigh.retire_idle(deadline, posted());
+    }
+    loop {
+        let mut out = [const { None }; REAP_BATCH];
+        let done = completed();
+        let n = table.lock().take_reapable(done, &mut out);
+        // Destroyed here, in process context, without the lock.
+        drop(out);
+        if n < REAP_BATCH {
+            break;
+        }
     }
 }

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The IPoIB network interface: set-up as the C driver does it, link-layer header,
-//! open/stop, transmit, NAPI and counters.
+//! The IPoIB net_device: its operations (set-up as the C driver does it, link-layer
+//! header, open/stop, transmit, NAPI, counters, ethtool), its sysfs files and `ip link`
+//! attributes. Thin glue: what they do, the interface (`interface.rs`) does. Also binds
+//! the interface to these operations for its child list ([`ChildInterface`]).
 
 use crate::{
-    child::{parse_pkey, Children, Request},
-    ipoib_ud::UdPort,
+    child::{parse_pkey, ChildInterface, Children, Request},
+    interface::{Interface, TX_TIMEOUT_MS},
     stats,
-    wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN},
+    wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN, MIN_MTU},
 };
 use core::fmt::Write;
 use kernel::{
@@ -17,7 +19,7 @@ use kernel::{
         dev_attr::{Attribute, AttributeText},
         ethtool::{Coalesce, DrvInfo, LinkSettings},
         link::{attr_size, LinkAttributes, LinkInfo, NewLink},
-        napi::Napi,
+        napi::{Napi, NapiHandle},
         rtnl::{restart_syscall, Rtnl, RtnlGuard},
         skb::SkBuff,
     },
@@ -29,8 +31,6 @@ use kernel::{
 const ARPHRD_INFINIBAND: u16 = 32;
 const IFF_BROADCAST: u32 = 0x2;
 const IFF_MULTICAST: u32 = 0x1000;
-/// The smallest MTU IPv4 works with.
-pub(crate) const MIN_MTU: u32 = 68;
 
 /// `/sys/class/net/ibN/mode`: `datagram` or `connected`, as in the C driver.
 const ATTR_MODE: usize = 0;
@@ -66,13 +66,13 @@ fn parse_mode(input: &[u8]) -> Option<bool> {
 }
 
 /// Applies `umcast` 0 or 1 (`EINVAL` otherwise).
-fn set_umcast(dev: &NetDevice, port: &UdPort, value: u32) -> Result {
+fn set_umcast(dev: &NetDevice, iface: &Interface, value: u32) -> Result {
     let on = match value {
         0 => false,
         1 => true,
         _ => return Err(EINVAL),
     };
-    if port.set_umcast(on) && on {
+    if iface.set_umcast(on) && on {
         // Such groups are those joined through an InfiniBand subnet administrator, which
         // RoCE ports do not have: say that nothing changes there.
         pr_info!(
@@ -83,14 +83,14 @@ fn set_umcast(dev: &NetDevice, port: &UdPort, value: u32) -> Result {
     Ok(())
 }
 
-/// Completes the set-up of an interface whose datapath is `port`: the values known only
-/// once the port is queried.
-pub(crate) fn configure(port: &UdPort) -> impl FnOnce(&mut Setup) -> Result {
-    let (mtu, max_mtu) = (port.mtu, port.mode_max_mtu());
+/// Completes the set-up of the net_device of `iface`: the values known only once the port
+/// is queried.
+pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result {
+    let (mtu, max_mtu) = (iface.mtu, iface.mode_max_mtu());
     // Packets the stack may queue for us: twice the send ring, as the C driver does.
-    let tx_queue_len = 2 * port.send_ring;
-    let scatter_gather = port.scatter_gather;
-    let broadcast = port.broadcast;
+    let tx_queue_len = 2 * iface.send_ring;
+    let scatter_gather = iface.scatter_gather;
+    let broadcast = iface.broadcast;
     move |setup| {
         setup.set_tx_queue_len(tx_queue_len);
         if scatter_gather {
@@ -106,7 +106,7 @@ pub(crate) struct IpoibNetdev;
 
 #[vtable]
 impl Operations for IpoibNetdev {
-    type Data = Arc<UdPort>;
+    type Data = Arc<Interface>;
 
     fn setup(dev: &mut Setup) {
         dev.set_type(ARPHRD_INFINIBAND);
@@ -117,7 +117,7 @@ impl Operations for IpoibNetdev {
         dev.set_tx_queue_len(2 * 64);
         // Packets too big for a peer are reported back through their route.
         dev.keep_dst();
-        dev.set_watchdog_timeout(crate::ipoib_ud::TX_TIMEOUT_MS);
+        dev.set_watchdog_timeout(TX_TIMEOUT_MS);
         let bcast = HwAddr::broadcast(wire::DEFAULT_PKEY);
         if dev.set_addr_len(HWADDR_LEN as u8).is_err()
             || dev.set_broadcast(bcast.as_bytes()).is_err()
@@ -126,18 +126,18 @@ impl Operations for IpoibNetdev {
         }
     }
 
-    fn open(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result {
-        UdPort::start(port)?;
-        if port.carrier_ready() {
+    fn open(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result {
+        Interface::start(iface)?;
+        if iface.carrier_ready() {
             dev.carrier_on();
         } else {
             // A new device starts with its carrier on.
             dev.carrier_off();
-            if !port.has_partition() {
+            if !iface.has_partition() {
                 pr_info!(
                     "{}: P_Key 0x{:04x} is not in the port's P_Key table: no carrier\n",
                     dev.name(),
-                    port.pkey()
+                    iface.pkey()
                 );
             }
         }
@@ -145,15 +145,15 @@ impl Operations for IpoibNetdev {
         Ok(())
     }
 
-    fn stop(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result {
+    fn stop(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result {
         dev.stop_queue();
         dev.carrier_off();
-        port.stop();
+        iface.stop();
         Ok(())
     }
 
-    fn start_xmit(skb: SkBuff, dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> TxResult {
-        UdPort::xmit(port, skb, dev);
+    fn start_xmit(skb: SkBuff, dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> TxResult {
+        Interface::xmit(iface, skb, dev);
         TxResult::Ok
     }
 
@@ -173,53 +173,57 @@ impl Operations for IpoibNetdev {
         Ok(HARD_HEADER_LEN as u32)
     }
 
-    fn tx_timeout(dev: &NetDevice, port: ArcBorrow<'_, UdPort>) {
-        UdPort::tx_timeout(port, dev);
+    fn tx_timeout(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) {
+        Interface::tx_timeout(iface, dev);
     }
 
-    fn change_mtu(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, new_mtu: u32) -> Result {
-        if new_mtu < MIN_MTU || new_mtu > port.max_mtu() {
+    fn change_mtu(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, new_mtu: u32) -> Result {
+        if new_mtu < MIN_MTU || new_mtu > iface.max_mtu() {
             return Err(EINVAL);
         }
         Ok(())
     }
 
-    fn napi_poll(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, napi: &Napi, budget: u32) -> u32 {
-        let done = port.poll(napi, budget);
-        if port.take_recovery_due() {
-            UdPort::schedule_recovery(port);
-        }
-        done
+    fn napi_poll(
+        _dev: &NetDevice,
+        iface: ArcBorrow<'_, Interface>,
+        napi: &Napi,
+        budget: u32,
+    ) -> u32 {
+        iface.poll(napi, budget)
     }
 
-    fn set_rx_mode(dev: &NetDevice, port: ArcBorrow<'_, UdPort>, mc: &McAddrs<'_>) {
-        UdPort::set_multicast_list(port, dev, mc);
+    fn set_rx_mode(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, mc: &McAddrs<'_>) {
+        Interface::set_multicast_list(iface, dev, mc);
     }
 
-    fn get_stats64(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, stats: &mut Stats64) {
-        port.fill_stats(stats);
+    fn get_stats64(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, stats: &mut Stats64) {
+        iface.counters.fill(stats);
     }
 
-    fn get_drvinfo(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, info: &mut DrvInfo) {
-        port.fill_drvinfo(info);
+    fn get_drvinfo(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, info: &mut DrvInfo) {
+        iface.fill_drvinfo(info);
     }
 
-    fn get_link_settings(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result<LinkSettings> {
-        Ok(port.ethtool.link_settings())
+    fn get_link_settings(
+        _dev: &NetDevice,
+        iface: ArcBorrow<'_, Interface>,
+    ) -> Result<LinkSettings> {
+        Ok(iface.ethtool.link_settings())
     }
 
-    fn get_coalesce(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>) -> Result<Coalesce> {
-        Ok(port.ethtool.coalesce())
+    fn get_coalesce(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result<Coalesce> {
+        Ok(iface.ethtool.coalesce())
     }
 
-    fn set_coalesce(dev: &NetDevice, port: ArcBorrow<'_, UdPort>, wanted: Coalesce) -> Result {
-        port.set_coalesce(wanted, dev.name())
+    fn set_coalesce(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, wanted: Coalesce) -> Result {
+        iface.set_coalesce(wanted, dev.name())
     }
 
     const ETHTOOL_STATS: &'static [&'static CStr] = stats::ETHTOOL_STATS;
 
-    fn get_ethtool_stats(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, values: &mut [u64]) {
-        port.fill_ethtool_stats(values);
+    fn get_ethtool_stats(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, values: &mut [u64]) {
+        iface.fill_ethtool_stats(values);
     }
 
     const ATTRIBUTES: &'static [Attribute] = &[
@@ -231,33 +235,33 @@ impl Operations for IpoibNetdev {
         Attribute::read_only(c_str!("parent")),
     ];
 
-    fn attribute_visible(_dev: &NetDevice, port: ArcBorrow<'_, UdPort>, index: usize) -> bool {
+    fn attribute_visible(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, index: usize) -> bool {
         match index {
-            ATTR_CREATE_CHILD | ATTR_DELETE_CHILD => port.parent().is_none(),
-            ATTR_PARENT => port.parent().is_some(),
+            ATTR_CREATE_CHILD | ATTR_DELETE_CHILD => iface.role().parent().is_none(),
+            ATTR_PARENT => iface.role().parent().is_some(),
             _ => true,
         }
     }
 
     fn attribute_show(
         _dev: &NetDevice,
-        port: ArcBorrow<'_, UdPort>,
+        iface: ArcBorrow<'_, Interface>,
         index: usize,
         text: &mut AttributeText<'_>,
     ) -> Result {
         match index {
             ATTR_MODE => {
-                let mode = if port.connected() {
+                let mode = if iface.connected() {
                     "connected"
                 } else {
                     "datagram"
                 };
                 writeln!(text, "{mode}")
             }
-            ATTR_PKEY => writeln!(text, "0x{:04x}", port.pkey()),
-            ATTR_UMCAST => writeln!(text, "{}", u8::from(port.umcast())),
+            ATTR_PKEY => writeln!(text, "0x{:04x}", iface.pkey()),
+            ATTR_UMCAST => writeln!(text, "{}", u8::from(iface.umcast())),
             ATTR_PARENT => {
-                let parent = port.parent().ok_or(EINVAL)?;
+                let parent = iface.role().parent().ok_or(EINVAL)?;
                 writeln!(text, "{}", parent.name())
             }
             _ => return Err(EINVAL),
@@ -267,7 +271,7 @@ impl Operations for IpoibNetdev {
 
     fn attribute_store(
         dev: &NetDevice,
-        port: ArcBorrow<'_, UdPort>,
+        iface: ArcBorrow<'_, Interface>,
         index: usize,
         input: &[u8],
     ) -> Result {
@@ -280,9 +284,9 @@ impl Operations for IpoibNetdev {
                 let Some(rtnl) = RtnlGuard::try_lock() else {
                     return Err(restart_syscall());
                 };
-                port.set_mode(dev, &rtnl, connected)
+                iface.set_mode(dev, &rtnl, connected)
             }
-            ATTR_UMCAST => set_umcast(dev, &port, parse_pkey(input).ok_or(EINVAL)?),
+            ATTR_UMCAST => set_umcast(dev, &iface, parse_pkey(input).ok_or(EINVAL)?),
             ATTR_CREATE_CHILD | ATTR_DELETE_CHILD => {
                 let creating = index == ATTR_CREATE_CHILD;
                 let pkey = parse_pkey(input)
@@ -294,9 +298,10 @@ impl Operations for IpoibNetdev {
                 };
                 if creating {
                     let request = Request::Legacy { written: pkey };
-                    Children::create(&port.into(), dev, &rtnl, pkey, request).map(|_| ())
+                    Children::<Interface>::create(&iface.into(), dev, &rtnl, pkey, request)
+                        .map(|_| ())
                 } else {
-                    port.children().delete_legacy(&rtnl, pkey)
+                    iface.children().delete_legacy(&rtnl, pkey)
                 }
             }
             _ => Err(EINVAL),
@@ -307,18 +312,18 @@ impl Operations for IpoibNetdev {
 
     fn change_link(
         dev: &NetDevice,
-        port: ArcBorrow<'_, UdPort>,
+        iface: ArcBorrow<'_, Interface>,
         rtnl: &Rtnl,
         attrs: &LinkAttributes<'_>,
     ) -> Result {
         if let Some(umcast) = attrs.u16(IFLA_IPOIB_UMCAST)? {
-            set_umcast(dev, &port, u32::from(umcast))?;
+            set_umcast(dev, &iface, u32::from(umcast))?;
         }
         // The P_Key of an interface is fixed; the C driver ignores it here too.
         match attrs.u16(IFLA_IPOIB_MODE)? {
             None => Ok(()),
-            Some(IPOIB_MODE_DATAGRAM) => port.set_mode(dev, rtnl, false),
-            Some(IPOIB_MODE_CONNECTED) => port.set_mode(dev, rtnl, true),
+            Some(IPOIB_MODE_DATAGRAM) => iface.set_mode(dev, rtnl, false),
+            Some(IPOIB_MODE_CONNECTED) => iface.set_mode(dev, rtnl, true),
             Some(other) => {
                 pr_info!("{}: unknown mode {}\n", dev.name(), other);
                 Err(EINVAL)
@@ -328,38 +333,72 @@ impl Operations for IpoibNetdev {
 
     fn fill_link_info(
         _dev: &NetDevice,
-        port: ArcBorrow<'_, UdPort>,
+        iface: ArcBorrow<'_, Interface>,
         info: &mut LinkInfo<'_>,
     ) -> Result {
-        let mode = if port.connected() {
+        let mode = if iface.connected() {
             IPOIB_MODE_CONNECTED
         } else {
             IPOIB_MODE_DATAGRAM
         };
-        info.put_u16(IFLA_IPOIB_PKEY, port.pkey())?;
+        info.put_u16(IFLA_IPOIB_PKEY, iface.pkey())?;
         info.put_u16(IFLA_IPOIB_MODE, mode)?;
-        info.put_u16(IFLA_IPOIB_UMCAST, u16::from(port.umcast()))
+        info.put_u16(IFLA_IPOIB_UMCAST, u16::from(iface.umcast()))
     }
 
     fn new_link(
         link: NewLink<'_, Self>,
         parent: &NetDevice,
-        port: ArcBorrow<'_, UdPort>,
+        iface: ArcBorrow<'_, Interface>,
         rtnl: &Rtnl,
         attrs: &LinkAttributes<'_>,
     ) -> Result {
         // Without a P_Key the child shares its parent's partition.
-        let pkey = attrs.u16(IFLA_IPOIB_PKEY)?.unwrap_or(port.pkey());
-        let (child, dev) = Children::create(&port.into(), parent, rtnl, pkey, Request::Link(link))?;
+        let pkey = attrs.u16(IFLA_IPOIB_PKEY)?.unwrap_or(iface.pkey());
+        let (child, dev) =
+            Children::<Interface>::create(&iface.into(), parent, rtnl, pkey, Request::Link(link))?;
         // The mode and umcast asked for apply as to an existing interface; on failure the
         // new one is deleted.
         Self::change_link(&dev, child.as_arc_borrow(), rtnl, attrs)
     }
 
-    fn del_link(dev: &NetDevice, port: ArcBorrow<'_, UdPort>, _rtnl: &Rtnl) -> Result {
-        match port.parent_port() {
+    fn del_link(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, _rtnl: &Rtnl) -> Result {
+        match iface.role().parent_interface() {
             Some(parent) => parent.children().forget(dev),
             None => Err(EINVAL),
         }
+    }
+}
+
+impl ChildInterface for Interface {
+    type Ops = IpoibNetdev;
+
+    fn children(&self) -> &Children<Self> {
+        Interface::children(self)
+    }
+
+    fn pkey(&self) -> u16 {
+        Interface::pkey(self)
+    }
+
+    fn hw_addr(&self) -> HwAddr {
+        self.local
+    }
+
+    fn configure(&self) -> impl FnOnce(&mut Setup) -> Result {
+        configure(self)
+    }
+
+    fn new_child(
+        parent: &Arc<Self>,
+        parent_dev: &NetDevice,
+        pkey: u16,
+        napi: &NapiHandle,
+    ) -> Result<Arc<Self>> {
+        Interface::new_child(parent, parent_dev, pkey, napi)
+    }
+
+    fn flush_work(&self) {
+        Interface::flush_work(self)
     }
 }

@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Interface counters, shared by datagram and connected mode and updated without locks.
+//! Interface counters, shared by datagram and connected mode and updated without locks,
+//! and the clock of the times the driver keeps.
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::{c_str, net::dev::Stats64, str::CStr};
+use kernel::{c_str, net::dev::Stats64, str::CStr, time::Ktime};
+
+/// Monotonic time in milliseconds: last uses, idle times and join times are kept in it.
+pub(crate) fn now_ms() -> i64 {
+    Ktime::ktime_get().to_ms()
+}
 
 /// What `ip -s link` shows for the interface.
 #[derive(Default)]

@@ -32,6 +32,9 @@ pub const UD_GRH_LEN: usize = 40;
 pub const DEFAULT_QKEY: u32 = 0x0b1b;
 /// The default partition, full member: the only one on RoCE.
 pub const DEFAULT_PKEY: u16 = 0xffff;
+/// The smallest MTU IPv4 works with: the floor of an interface's MTU, and of the receive
+/// size a connecting peer may announce.
+pub const MIN_MTU: u32 = 68;
 
 /// The Ethernet address that carries IPv6 multicast `mgid` (`33:33` and its last 32 bits):
 /// the destination MAC of RoCE multicast.

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What befalls an interface from outside its datapath, and the flushes it causes: port
+//! events for an interface and its children (the carrier follows the port; a port that
+//! comes back has the UD queue pair checked and is queried again; changed addresses, that
+//! is GIDs, P_Keys, LID, subnet manager or a reregistration request, flush the
+//! destinations), the periodic ageing of destinations, and the transmit watchdog. C has
+//! these in `ipoib_event` (`ipoib_verbs.c`), the flushes of `ipoib_ib.c` and the neighbour
+//! reaping of `ipoib_main.c`. InfiniBand's SM events land here too.
+
+use crate::{
+    interface::{Interface, NEIGH_GC_WORK, PORT_WORK, STALL_WORK, TX_TIMEOUT_MS},
+    ipoib_ud::UdDatapath,
+    stats::{bump, now_ms},
+};
+use kernel::{
+    net::{dev::NetDevice, neigh::arp_gc_interval_ms},
+    prelude::*,
+    rdma::event::AsyncEvent,
+    sync::{Arc, ArcBorrow},
+    time::msecs_to_jiffies,
+    workqueue::{self, WorkItem},
+};
+
+impl Interface {
+    /// Applies a port event to a port's own interface, whose net_device is `dev`, and to
+    /// its children (from the device's event handler).
+    pub(crate) fn port_event(this: &Arc<Self>, dev: &NetDevice, event: &AsyncEvent) {
+        if let AsyncEvent::PortActive(_) = event {
+            // The speed may have changed with the link (children learn it from us).
+            let _ = workqueue::system().enqueue::<_, PORT_WORK>(this.clone());
+        }
+        this.apply_port_event(dev, event);
+        this.children()
+            .for_each(|c| c.interface().apply_port_event(c.device(), event));
+    }
+
+    /// Applies a port event to this interface alone, whose net_device is `dev`.
+    fn apply_port_event(&self, dev: &NetDevice, event: &AsyncEvent) {
+        match event {
+            AsyncEvent::PortActive(_) => {
+                self.set_port_active(true);
+                // A send that found the port down may have failed the queue pair.
+                UdDatapath::schedule_recovery(self.ud.as_arc_borrow());
+                if self.carrier_ready() {
+                    dev.carrier_on();
+                }
+            }
+            AsyncEvent::PortError(_) => {
+                self.set_port_active(false);
+                dev.carrier_off();
+            }
+            _ => self.flush_neighbours(),
+        }
+    }
+
+    /// Queries the port again after a port event (the port work item) and passes the speed
+    /// on to the children.
+    pub(crate) fn refresh_port(&self) {
+        self.ethtool.refresh(&self.device, self.port);
+        self.children()
+            .for_each(|c| c.interface().ethtool.copy_speed(&self.ethtool));
+    }
+
+    /// Forgets all destinations (addresses changed).
+    fn flush_neighbours(&self) {
+        self.paths.forget(&self.ud, i64::MAX);
+    }
+
+    /// The pace of destination ageing: the ARP table's collection interval, at least 1 s.
+    fn neigh_gc_ms() -> u32 {
+        arp_gc_interval_ms().max(1000)
+    }
+
+    /// Has the destinations aged after one collection interval.
+    pub(crate) fn schedule_neigh_gc(self: &Arc<Self>) {
+        let delay = msecs_to_jiffies(Self::neigh_gc_ms());
+        let _ = workqueue::system().enqueue_delayed::<_, NEIGH_GC_WORK>(self.clone(), delay);
+    }
+
+    /// Forgets destinations unused for two collection intervals (the delayed work item),
+    /// then runs again while the interface is up.
+    pub(crate) fn collect_neighbours(self: &Arc<Self>) {
+        let deadline = now_ms() - 2 * i64::from(Self::neigh_gc_ms());
+        self.paths.forget(&self.ud, deadline);
+        if self.is_up() {
+            self.schedule_neigh_gc();
+        }
+    }
+
+    /// Handles the watchdog's report that the transmit queue stayed stopped (atomic
+    /// context): the stalled sends are looked for in process context.
+    pub(crate) fn tx_timeout(this: ArcBorrow<'_, Self>, dev: &NetDevice) {
+        bump(&this.counters.tx_timeouts, 1);
+        pr_warn!(
+            "{}: transmit timeout: queue stopped with {} sends in flight\n",
+            dev.name(),
+            this.credits.in_use()
+        );
+        let _ = workqueue::system().enqueue::<_, STALL_WORK>(Arc::<Self>::from(this));
+    }
+
+    /// After a transmit timeout: the UD queue pair is checked, and the connections whose
+    /// sends stalled for as long are closed, which returns their credits. The C driver
+    /// restarts the whole interface instead.
+    pub(crate) fn unstall(&self) {
+        // By the recovery work item, which must not run twice at once.
+        UdDatapath::schedule_recovery(self.ud.as_arc_borrow());
+        if let Some(cm) = &self.cm {
+            cm.fail_stalled(now_ms() - i64::from(TX_TIMEOUT_MS));
+        }
+        self.napi.schedule();
+    }
+}
+
+impl WorkItem<PORT_WORK> for Interface {
+    type Pointer = Arc<Interface>;
+
+    fn run(this: Arc<Interface>) {
+        this.refresh_port();
+    }
+}
+
+impl WorkItem<STALL_WORK> for Interface {
+    type Pointer = Arc<Interface>;
+
+    fn run(this: Arc<Interface>) {
+        this.unstall();
+    }
+}
+
+impl WorkItem<NEIGH_GC_WORK> for Interface {
+    type Pointer = Arc<Interface>;
+
+    fn run(this: Arc<Interface>) {
+        this.collect_neighbours();
+    }
+}

@@ -1,0 +1,609 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The interface: the state of one IPoIB interface (`ibN`, or a child in a partition of its
+//! own), the C driver's `struct ipoib_dev_priv`, and what it decides.
+//!
+//! It owns its parts, each a type of its own file that does not know it: the datagram
+//! datapath (`ipoib_ud.rs`), connected mode (`ipoib_cm.rs`), multicast (`mcast.rs`), the
+//! destinations with their address handles (`neigh.rs`) and their resolution (`path.rs`),
+//! its children (`child.rs`). Here it sets them up and takes them up and down, chooses for
+//! each packet between a connection and a datagram, drives NAPI across them, and switches
+//! modes. Port events and the flushes they cause are in `events.rs`; the net_device glue
+//! (`netdev.rs`) calls in here.
+
+use crate::{
+    child::{Children, Maker, Role},
+    debugfs::DebugView,
+    ethtool::{self, EthtoolState},
+    ipoib_cm::ConnectedMode,
+    ipoib_ud::{send_sges, UdConfig, UdDatapath},
+    mcast::Multicast,
+    params,
+    path::{PathResolver, Paths, GID_INDEX},
+    send_credits::SendCredits,
+    stats::{bump, Counters, Gauges},
+    wire::{self, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN},
+};
+use core::{
+    fmt::{self, Write},
+    sync::atomic::{AtomicBool, Ordering},
+};
+use kernel::{
+    net::{
+        dev::{McAddrs, NetDevice},
+        ethtool::{Coalesce, DrvInfo},
+        napi::{Napi, NapiHandle},
+        rtnl::Rtnl,
+        skb::SkBuff,
+    },
+    prelude::*,
+    rdma::{
+        device::{Device, DeviceRef, Mtu, PortState},
+        pd::ProtectionDomain,
+    },
+    sync::{Arc, ArcBorrow},
+    workqueue::{
+        self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
+        WorkItem,
+    },
+};
+
+/// How long the transmit queue may stay stopped before the stalled sends are looked for: a
+/// fifth of the C driver's 10 s, since only the stalled connections are closed here.
+pub(crate) const TX_TIMEOUT_MS: u32 = 2000;
+
+/// The work item that makes the address handles held packets wait for.
+const RESOLVE_WORK: u64 = 0;
+/// The work item that joins and leaves the groups of the multicast list.
+const MCAST_WORK: u64 = 1;
+/// The work item that queries the port again after a port event (`events.rs`).
+pub(crate) const PORT_WORK: u64 = 2;
+/// The work item that looks for stalled sends after a transmit timeout.
+pub(crate) const STALL_WORK: u64 = 3;
+/// The delayed work item that ages the destinations (`events.rs`).
+pub(crate) const NEIGH_GC_WORK: u64 = 4;
+
+/// What the interfaces of a port need to know of it: queried once, for the first interface
+/// (querying a RoCE port takes RTNL, which child creation holds), and passed on to its
+/// children.
+#[derive(Clone, Copy)]
+pub(crate) struct PortFacts {
+    active: bool,
+    active_mtu: Mtu,
+    gid: wire::Gid,
+    speed_mbps: u32,
+}
+
+impl PortFacts {
+    /// Queries `port` of `device` (process context, without RTNL).
+    pub(crate) fn query(device: &Device, port: u32) -> Result<Self> {
+        let attr = device.port_attr(port)?;
+        Ok(Self {
+            active: attr.state() == PortState::Active,
+            active_mtu: attr.active_mtu().ok_or(ENODEV)?,
+            gid: wire::Gid(device.query_gid(port, GID_INDEX)?.0),
+            speed_mbps: attr.speed_mbps(),
+        })
+    }
+}
+
+/// One IPoIB interface. Named for what it is rather than, as in C, for the net_device's
+/// private area it lives in: the net_device's operations reach it as their data.
+///
+/// Fields without a lock are set once or atomic. `events.rs` reaches the fields marked
+/// `pub(crate)` too.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Interface {
+    /// Keeps the device registered while the interface exists.
+    pub(crate) device: DeviceRef,
+    pub(crate) port: u32,
+    facts: PortFacts,
+    /// The partition, full-membership bit set.
+    pkey: u16,
+    /// Its index in the port's P_Key table; `None` while the table lacks it: the
+    /// interface then exists but carries nothing (its queue pair is not made ready).
+    pkey_index: Option<u16>,
+    role: Role<Interface>,
+    #[pin]
+    children: Children<Interface>,
+    /// Largest IPoIB payload of a datagram (the IB MTU less the encapsulation header).
+    pub(crate) mtu: u32,
+    /// Sends in flight at most.
+    pub(crate) send_ring: u32,
+    /// Our hardware address: flags, UD QPN, GID.
+    pub(crate) local: HwAddr,
+    pub(crate) broadcast: HwAddr,
+    pd: Arc<ProtectionDomain>,
+    /// The datagram datapath: UD queue pair, CQs (which connected mode's receives share),
+    /// receive ring.
+    pub(crate) ud: Arc<UdDatapath>,
+    /// The broadcast group and the multicast list.
+    #[pin]
+    mcast: Multicast,
+    /// The destinations with their address handles, and the packets waiting for one.
+    #[pin]
+    pub(crate) paths: Paths,
+    /// Sends in flight on the UD queue pair and every transmit connection.
+    pub(crate) credits: Arc<SendCredits>,
+    /// Whether sends may gather page fragments (the device takes more than one segment).
+    pub(crate) scatter_gather: bool,
+    pub(crate) counters: Arc<Counters>,
+    /// Connected mode, when the device offers it.
+    pub(crate) cm: Option<Arc<ConnectedMode>>,
+    /// `umcast`: groups user space joined through the subnet administrator are left to
+    /// it. Without one (RoCE) there are none, so the setting changes nothing there.
+    umcast: AtomicBool,
+    pub(crate) napi: NapiHandle,
+    /// Whether the port passes traffic, as last queried or reported by a port event. Kept
+    /// here because querying a RoCE port takes RTNL, which `open` already holds.
+    active: AtomicBool,
+    /// Whether the interface is up.
+    up: AtomicBool,
+    /// Link speed and receive coalescing, for ethtool.
+    pub(crate) ethtool: EthtoolState,
+    #[pin]
+    resolve_work: Work<Interface, RESOLVE_WORK>,
+    #[pin]
+    mcast_work: Work<Interface, MCAST_WORK>,
+    /// Not run from the event handler, which runs under the core's event lock, nor from a
+    /// work item flushed under RTNL (querying a RoCE port takes RTNL).
+    #[pin]
+    port_work: Work<Interface, PORT_WORK>,
+    #[pin]
+    stall_work: Work<Interface, STALL_WORK>,
+    /// Runs periodically while the interface is up.
+    #[pin]
+    neigh_gc: DelayedWork<Interface, NEIGH_GC_WORK>,
+}
+
+impl Interface {
+    /// Sets up the interface of `port` of `device`, whose NAPI context is `napi`: its parts,
+    /// and the broadcast group joined. `maker` makes its children.
+    pub(crate) fn new(
+        device: &Device,
+        port: u32,
+        facts: &PortFacts,
+        napi: &NapiHandle,
+        maker: Maker<Interface>,
+    ) -> Result<Arc<Self>> {
+        // The port's own partition is the first of its table, as in the C driver.
+        let pkey = device.query_pkey(port, 0)? | wire::PKEY_FULL_MEMBER;
+        let pkey_index = device.find_pkey(port, pkey)?;
+        Self::build(
+            device,
+            port,
+            facts,
+            (pkey, pkey_index),
+            napi,
+            Role::Parent,
+            Some(maker),
+        )
+    }
+
+    /// Sets up a child of `parent` (whose interface is `this`) in partition `pkey`, under
+    /// RTNL: the port facts come from the parent.
+    pub(crate) fn new_child(
+        this: &Arc<Self>,
+        parent: &NetDevice,
+        pkey: u16,
+        napi: &NapiHandle,
+    ) -> Result<Arc<Self>> {
+        let pkey_index = this.device.find_pkey(this.port, pkey)?;
+        let mut facts = this.facts;
+        facts.active = this.port_active();
+        facts.speed_mbps = this.ethtool.link_settings().speed_mbps;
+        let role = Role::Child {
+            parent: parent.into(),
+            interface: this.clone(),
+        };
+        Self::build(
+            &this.device,
+            this.port,
+            &facts,
+            (pkey, pkey_index),
+            napi,
+            role,
+            None,
+        )
+    }
+
+    fn build(
+        device: &Device,
+        port: u32,
+        facts: &PortFacts,
+        (pkey, pkey_index): (u16, Option<u16>),
+        napi: &NapiHandle,
+        role: Role<Interface>,
+        maker: Option<Maker<Interface>>,
+    ) -> Result<Arc<Self>> {
+        let mtu = facts.active_mtu.bytes() - ENCAP_HEADER_LEN as u32;
+        let pd = ProtectionDomain::new(device, crate::OWNER)?;
+        // Sends in flight at most (the queue stops when all are used), and receive buffers
+        // kept posted, on the UD queue pair and on the shared receive queue each.
+        let (send_ring, recv_ring) = (params::send_queue_size(), params::recv_queue_size());
+        let cm_capable = params::CM_ENABLED.get();
+        // The receive CQ takes connected mode's receives too.
+        let base_cqe = 2 * recv_ring + 1;
+        let nonsrq_max = if cm_capable {
+            ConnectedMode::nonsrq_room(device, port, recv_ring, base_cqe)
+        } else {
+            0
+        };
+        let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
+        let credits = Arc::new(SendCredits::new(send_ring), GFP_KERNEL)?;
+        let broadcast = HwAddr::broadcast(pkey);
+        let config = UdConfig {
+            port,
+            pkey_index,
+            send_ring,
+            recv_ring,
+            recv_cqe: base_cqe + nonsrq_max as u32 * recv_ring,
+            mtu,
+            gid: facts.gid,
+            broadcast: broadcast.gid(),
+        };
+        let ud = UdDatapath::new(device, &pd, config, napi, credits.clone(), counters.clone())?;
+        let qpn = ud.qp().qp_num();
+        let resolver = PathResolver::new(port);
+        let cm = if cm_capable {
+            ConnectedMode::new(
+                device,
+                port,
+                qpn,
+                facts.active_mtu,
+                resolver,
+                (send_ring, recv_ring, nonsrq_max),
+                &pd,
+                ud.recv_cq().clone(),
+                credits.clone(),
+                counters.clone(),
+                napi,
+            )
+            .inspect_err(|e| {
+                pr_warn!(
+                    "{} port {port}: connected mode unavailable ({e:?})\n",
+                    device.name()
+                )
+            })
+            .ok()
+        } else {
+            None
+        };
+        // The flag tells peers we accept connections, whatever our own mode.
+        let flags = if cm.is_some() {
+            wire::FLAG_CONNECTED_MODE
+        } else {
+            0
+        };
+        let local = HwAddr::new(flags, qpn, facts.gid).map_err(|_| EINVAL)?;
+        let mcast = Multicast::new(
+            device,
+            port,
+            ud.qp(),
+            &pd,
+            &broadcast,
+            facts.active_mtu,
+            pkey_index.is_some(),
+        )?;
+        let paths = Paths::new(resolver, counters.clone())?;
+        let scatter_gather = send_sges(device) > 1;
+        let device = device.get_ref()?;
+        Arc::pin_init(
+            pin_init!(Self {
+                device,
+                port,
+                facts: *facts,
+                pkey,
+                pkey_index,
+                role,
+                children <- Children::new(maker),
+                mtu,
+                send_ring,
+                local,
+                broadcast,
+                pd,
+                ud,
+                mcast <- mcast,
+                paths <- paths,
+                credits,
+                scatter_gather,
+                counters,
+                umcast: AtomicBool::new(false),
+                cm,
+                napi: napi.clone(),
+                active: AtomicBool::new(facts.active),
+                up: AtomicBool::new(false),
+                ethtool: EthtoolState::new(facts.speed_mbps),
+                resolve_work <- new_work!("Interface::resolve_work"),
+                mcast_work <- new_work!("Interface::mcast_work"),
+                port_work <- new_work!("Interface::port_work"),
+                stall_work <- new_work!("Interface::stall_work"),
+                neigh_gc <- new_delayed_work!("Interface::neigh_gc"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// The interface's partition, full-membership bit set.
+    pub(crate) fn pkey(&self) -> u16 {
+        self.pkey
+    }
+
+    /// Whether the port's P_Key table has the interface's partition.
+    pub(crate) fn has_partition(&self) -> bool {
+        self.pkey_index.is_some()
+    }
+
+    /// Whether the interface carries traffic: its port is up and its partition there.
+    pub(crate) fn carrier_ready(&self) -> bool {
+        self.port_active() && self.has_partition()
+    }
+
+    /// Whether the port passes traffic.
+    pub(crate) fn port_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Records a port event's news.
+    pub(crate) fn set_port_active(&self, active: bool) {
+        self.active.store(active, Ordering::Relaxed);
+    }
+
+    /// Whether the interface is up.
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// The interface's children (none for a child).
+    pub(crate) fn children(&self) -> &Children<Interface> {
+        &self.children
+    }
+
+    /// Where the interface stands among those of its port.
+    pub(crate) fn role(&self) -> &Role<Interface> {
+        &self.role
+    }
+
+    /// The `umcast` setting.
+    pub(crate) fn umcast(&self) -> bool {
+        self.umcast.load(Ordering::Relaxed)
+    }
+
+    /// Changes the `umcast` setting; returns whether it changed.
+    pub(crate) fn set_umcast(&self, on: bool) -> bool {
+        self.umcast.swap(on, Ordering::Relaxed) != on
+    }
+
+    /// Whether unicast to peers that offer it goes over connections.
+    pub(crate) fn connected(&self) -> bool {
+        self.cm.as_ref().is_some_and(|cm| cm.in_use())
+    }
+
+    /// Sends `skb`, which starts with the pseudo header (destination hardware address) and
+    /// the encapsulation header that `header_create` pushed: the transmit decision. Unicast
+    /// to a peer that offers connected mode goes over its connection while the interface
+    /// is in connected mode; everything else goes as a datagram, through its destination's
+    /// address handle, which the packet waits for in `paths` while the resolve work item
+    /// makes it.
+    pub(crate) fn xmit(this: ArcBorrow<'_, Self>, skb: SkBuff, dev: &NetDevice) {
+        let c = &this.counters;
+        let mut hdr = [0u8; HWADDR_LEN];
+        // Without its partition the queue pair is not ready (and the carrier off).
+        if !this.has_partition() || skb.copy_bits(0, &mut hdr).is_err() {
+            bump(&c.tx_dropped, 1);
+            return;
+        }
+        let Ok(dest) = HwAddr::from_bytes(&hdr) else {
+            bump(&c.tx_dropped, 1);
+            return;
+        };
+        if !dest.is_multicast() && dest.connected_mode() && this.connected() {
+            if let Some(cm) = &this.cm {
+                ConnectedMode::xmit(cm.as_arc_borrow(), skb, &dest, dev);
+                return;
+            }
+        }
+        let bcast = (dest.gid() == this.broadcast.gid()).then(|| this.mcast.broadcast_ah());
+        if this.paths.send(&this.ud, skb, &dest, bcast, dev) {
+            let _ = workqueue::system().enqueue::<_, RESOLVE_WORK>(Arc::<Self>::from(this));
+        }
+    }
+
+    /// Makes the address handles held packets wait for, then has NAPI send them (the
+    /// resolve work item).
+    fn resolve(&self) {
+        self.paths.resolve(&self.device, &self.pd, &self.ud);
+        self.napi.schedule();
+    }
+
+    /// NAPI: handles up to `budget` receives and all send completions, sends the held
+    /// packets whose handles now exist and what waits on connections; returns the receives
+    /// done.
+    pub(crate) fn poll(&self, napi: &Napi, budget: u32) -> u32 {
+        let dev = napi.device();
+        // Send completions free their packets, return credits and restart a stopped queue.
+        self.ud.poll_sends();
+        self.paths.send_ready(&self.ud, dev);
+        let mut again = match &self.cm {
+            Some(cm) => cm.poll_tx(dev),
+            None => false,
+        };
+        self.credits.wake_if_room(dev);
+        let done = self.ud.poll_recvs(napi, budget, |wc| {
+            // Not the UD queue pair's: a receive connection's.
+            if let Some(cm) = &self.cm {
+                cm.receive(wc, napi);
+            }
+        });
+        if done < budget && napi.complete_done(done) {
+            again |= self.ud.rearm();
+        } else {
+            again = false;
+        }
+        if again {
+            napi.schedule_again();
+        }
+        if self.ud.take_recovery_due() {
+            UdDatapath::schedule_recovery(self.ud.as_arc_borrow());
+        }
+        done
+    }
+
+    /// Switches between datagram and connected mode, as a write to the `mode` file asks.
+    pub(crate) fn set_mode(&self, dev: &NetDevice, rtnl: &Rtnl, connected: bool) -> Result {
+        if connected == self.connected() {
+            return Ok(());
+        }
+        let Some(cm) = &self.cm else {
+            pr_info!(
+                "{}: connected mode not supported by the device\n",
+                dev.name()
+            );
+            return Err(EINVAL);
+        };
+        cm.switch(dev, rtnl, connected, self.mtu)
+    }
+
+    /// The largest MTU the interface takes in its current mode.
+    pub(crate) fn max_mtu(&self) -> u32 {
+        if self.connected() {
+            CM_MTU
+        } else {
+            self.mtu
+        }
+    }
+
+    /// The largest MTU of any mode the interface offers.
+    pub(crate) fn mode_max_mtu(&self) -> u32 {
+        if self.cm.is_some() {
+            CM_MTU
+        } else {
+            self.mtu
+        }
+    }
+
+    /// Takes the multicast list in (atomic context): the multicast work item joins and
+    /// leaves its groups.
+    pub(crate) fn set_multicast_list(this: ArcBorrow<'_, Self>, dev: &NetDevice, mc: &McAddrs<'_>) {
+        this.mcast.take_list(dev, mc, || {
+            let _ = workqueue::system().enqueue::<_, MCAST_WORK>(Arc::<Self>::from(this));
+        });
+    }
+
+    /// The interface comes up: completions armed, groups joined, connections accepted.
+    pub(crate) fn start(this: ArcBorrow<'_, Self>) -> Result {
+        let this: Arc<Self> = this.into();
+        this.ud.arm();
+        this.mcast.open();
+        this.up.store(true, Ordering::Release);
+        this.schedule_neigh_gc();
+        if let Some(cm) = &this.cm {
+            cm.start()?;
+        }
+        Ok(())
+    }
+
+    /// The interface goes down: groups left, held packets dropped, connections destroyed,
+    /// and no work left running.
+    pub(crate) fn stop(&self) {
+        self.mcast.close();
+        self.mcast_work.flush();
+        self.up.store(false, Ordering::Release);
+        // A run under way may queue itself once more: flush until idle.
+        while self.neigh_gc.flush() {}
+        self.mcast.leave_all(self.ud.qp());
+        self.paths.drop_all();
+        if let Some(cm) = &self.cm {
+            cm.stop();
+        }
+        self.resolve_work.flush();
+        self.ud.flush_work();
+        self.stall_work.flush();
+        self.paths.drop_all();
+    }
+
+    /// Waits for every work item of the interface (once it is unregistered).
+    pub(crate) fn flush_work(&self) {
+        self.stall_work.flush();
+        self.resolve_work.flush();
+        self.mcast_work.flush();
+        self.ud.flush_work();
+        self.port_work.flush();
+        while self.neigh_gc.flush() {}
+    }
+
+    /// Applies `ethtool -C` to the receive CQ.
+    pub(crate) fn set_coalesce(&self, wanted: Coalesce, name: &CStr) -> Result {
+        self.ethtool.set_coalesce(self.ud.recv_cq(), wanted, name)
+    }
+
+    /// Fills the values of `ethtool -S`.
+    pub(crate) fn fill_ethtool_stats(&self, values: &mut [u64]) {
+        let (cm_tx_connections, cm_rx_connections) =
+            self.cm.as_ref().map_or((0, 0), |cm| cm.connection_counts());
+        let gauges = Gauges {
+            neighbours: self.paths.count() as u64,
+            queue_stopped: self.credits.stops(),
+            cm_tx_connections,
+            cm_rx_connections,
+        };
+        self.counters.fill_ethtool(&gauges, values);
+    }
+
+    /// What `ethtool -i` shows: the driver, and the RDMA device with its firmware.
+    pub(crate) fn fill_drvinfo(&self, info: &mut DrvInfo) {
+        ethtool::fill_drvinfo(&self.device, info);
+    }
+}
+
+impl DebugView for Interface {
+    fn show_groups(&self, out: &mut dyn Write) -> fmt::Result {
+        self.mcast.show_joined(out)?;
+        self.paths.show_send_only(out)
+    }
+
+    fn show_paths(&self, out: &mut dyn Write, now: i64) -> fmt::Result {
+        self.paths.show_paths(out, now)
+    }
+
+    fn show_connections(&self, out: &mut dyn Write, now: i64) -> fmt::Result {
+        match &self.cm {
+            Some(cm) => cm.show_connections(out, now),
+            None => Ok(()),
+        }
+    }
+}
+
+impl_has_work! {
+    impl HasWork<Self, RESOLVE_WORK> for Interface { self.resolve_work }
+    impl HasWork<Self, MCAST_WORK> for Interface { self.mcast_work }
+    impl HasWork<Self, PORT_WORK> for Interface { self.port_work }
+    impl HasWork<Self, STALL_WORK> for Interface { self.stall_work }
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self, NEIGH_GC_WORK> for Interface { self.neigh_gc }
+}
+
+impl WorkItem<RESOLVE_WORK> for Interface {
+    type Pointer = Arc<Interface>;
+
+    fn run(this: Arc<Interface>) {
+        this.resolve();
+    }
+}
+
+impl WorkItem<MCAST_WORK> for Interface {
+    type Pointer = Arc<Interface>;
+
+    fn run(this: Arc<Interface>) {
+        this.mcast.sync(&this.device, this.port, this.ud.qp());
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Interface {
+    fn drop(self: Pin<&mut Self>) {
+        self.mcast.detach_broadcast(self.ud.qp());
+    }
+}

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Connected mode's receive buffers and the shared receive queue (SRQ) they are posted to.
+//!
+//! A buffer holds `CM_BUF_SIZE` bytes (64 KiB): a head of what is left after whole pages
+//! (4084 bytes with 4 KiB pages, as in the C driver), which becomes the skb's linear part,
+//! then whole pages, handed up as fragments and replaced by fresh ones, so the bulk of a
+//! large message is never copied. All receive connections of an interface take them from one
+//! SRQ (memory stays constant as peers grow); where the device has none, or with `cm_srq=0`,
+//! each connection fills a ring of its own with the same buffers (see `cm_rx.rs`).
+
+use crate::{
+    params, rx,
+    stats::{bump, Counters},
+    wire::CM_BUF_SIZE,
+};
+use kernel::{
+    net::{napi::Napi, skb::PacketType},
+    page::PAGE_SIZE,
+    prelude::*,
+    rdma::{
+        device::Device,
+        dma::{DmaPage, ScatterBuffer},
+        pd::ProtectionDomain,
+        srq::SharedReceiveQueue,
+    },
+    sync::Arc,
+};
+
+/// Pages of a receive buffer after its head: with the head, `CM_BUF_SIZE` bytes.
+const RX_PAGES: usize = CM_BUF_SIZE as usize / PAGE_SIZE;
+/// The head of a receive buffer: what is left of `CM_BUF_SIZE` after whole pages. It
+/// becomes the skb's linear part.
+const RX_HEAD: usize = CM_BUF_SIZE as usize % PAGE_SIZE;
+
+/// The shared receive queue of an interface's receive connections.
+pub(crate) type Srq = SharedReceiveQueue<ScatterBuffer>;
+
+/// Whether receive connections on `device` share one receive queue: where it has them,
+/// unless `cm_srq=0`.
+pub(crate) fn uses_srq(device: &Device) -> bool {
+    params::CM_SRQ.get() && SharedReceiveQueue::supported(device)
+}
+
+/// Scatter/gather entries one receive buffer takes: its head and its pages.
+pub(crate) fn recv_sges() -> u32 {
+    1 + RX_PAGES as u32
+}
+
+/// A receive buffer of connected mode: a head and pages, `CM_BUF_SIZE` bytes in all.
+pub(crate) fn recv_buffer(device: &Device) -> Result<ScatterBuffer> {
+    ScatterBuffer::new(device, RX_HEAD, RX_PAGES, GFP_KERNEL)
+}
+
+/// A shared receive queue of `size` buffers in `pd`, filled.
+pub(crate) fn new_srq(device: &Device, pd: &Arc<ProtectionDomain>, size: u32) -> Result<Arc<Srq>> {
+    let srq = SharedReceiveQueue::new(pd, size, recv_sges())?;
+    for _ in 0..size {
+        srq.post_recv(recv_buffer(device)?).map_err(|(e, _)| e)?;
+    }
+    Ok(srq)
+}
+
+/// Hands up a message that filled `len` bytes of `buf`: the head is copied into the skb,
+/// the pages the message reached go up as fragments and fresh pages from `device` take
+/// their place. Without a fresh page the old one stays and the message is dropped.
+pub(crate) fn deliver(
+    device: &Device,
+    buf: &mut ScatterBuffer,
+    len: usize,
+    napi: &Napi,
+    counters: &Counters,
+) {
+    let (head, pages) = buf.parts_mut();
+    let Some(head) = head.get(..len.min(RX_HEAD)) else {
+        bump(&counters.rx_errors, 1);
+        return;
+    };
+    rx::deliver_with(head, PacketType::Host, napi, counters, |skb| {
+        let mut left = len.saturating_sub(RX_HEAD);
+        let mut index = 0;
+        while left > 0 {
+            let fresh = DmaPage::new(device, GFP_ATOMIC)?;
+            let page = pages.replace(index, fresh).ok_or(EINVAL)?;
+            let n = left.min(PAGE_SIZE);
+            skb.add_page(page, 0, n)?;
+            left -= n;
+            index += 1;
+        }
+        Ok(())
+    });
+}
