@@ -105,12 +105,15 @@ void rxe_ib_port_up(struct rxe_dev *rxe)
 {
 	struct rxe_port *port = &rxe->port;
 	unsigned long flags;
+	bool trained;
 
 	spin_lock_irqsave(&port->port_lock, flags);
-	if (port->attr.state == IB_PORT_DOWN)
+	trained = port->attr.state == IB_PORT_DOWN;
+	if (trained)
 		port->attr.state = IB_PORT_INIT;
 	spin_unlock_irqrestore(&port->port_lock, flags);
-	dev_info(&rxe->ib_dev.dev, "link up, port INIT\n");
+	if (trained)
+		dev_info(&rxe->ib_dev.dev, "link up, port INIT\n");
 }
 
 void rxe_ib_port_down(struct rxe_dev *rxe)
@@ -124,11 +127,11 @@ void rxe_ib_port_down(struct rxe_dev *rxe)
 	port->attr.state = IB_PORT_DOWN;
 	spin_unlock_irqrestore(&port->port_lock, flags);
 
-	if (old != IB_PORT_DOWN) {
-		rxe_ib_event(rxe, IB_EVENT_PORT_ERR);
-		rxe_counter_inc(rxe, RXE_CNT_LINK_DOWNED);
-	}
+	if (old == IB_PORT_DOWN)
+		return;
 	dev_info(&rxe->ib_dev.dev, "link down, port DOWN\n");
+	rxe_ib_event(rxe, IB_EVENT_PORT_ERR);
+	rxe_counter_inc(rxe, RXE_CNT_LINK_DOWNED);
 }
 
 static bool rxe_ib_link_up(struct rxe_dev *rxe)

@@ -76,6 +76,22 @@ void rxe_ib_complete_uwc(struct sk_buff *skb, struct rxe_pkt_info *pkt,
 int rxe_ib_net_init(void);
 void rxe_ib_net_exit(void);
 
+/*
+ * An InfiniBand link does not lose packets (credit-based flow control), so
+ * IB consumers may ask for no transport retries at all (IPoIB's connected
+ * mode does); the Ethernet link under rxe_ib does lose some. Lost packets
+ * are repaired by the transport's retries instead: a QP of an rxe_ib device
+ * retries at least this often whatever it was set to (7 would mean forever).
+ */
+#define RXE_IB_LINK_RETRIES	6
+
+static inline u8 rxe_qp_retry_cnt(struct rxe_qp *qp)
+{
+	if (!rxe_is_ib(to_rdev(qp->ibqp.device)))
+		return qp->attr.retry_cnt;
+	return max_t(u8, qp->attr.retry_cnt, RXE_IB_LINK_RETRIES);
+}
+
 static inline const u8 *rxe_ib_lrh(struct sk_buff *skb)
 {
 	return skb_network_header(skb);

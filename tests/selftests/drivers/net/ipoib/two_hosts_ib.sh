@@ -132,14 +132,6 @@ arp_ping() {
 	ip neigh show dev ib0 "$ib_peer" | grep -q "fe:80:00:00:00:00:00:00:50:54:00:ff:ff"
 }
 ipoib_check "$role: C ipoib: ARP and ping to $ib_peer" eval 'wait_for 60 ping -c 1 -W 1 "$ib_peer" && arp_ping'
-nd_ping() {
-	local peer6=2001:db8:1b::${ib_peer##*.}
-	ip -6 addr add "2001:db8:1b::${ib_local##*.}/64" dev ib0 nodad || return 1
-	wait_for 60 ping -6 -c 1 -W 2 "$peer6" || { ip -6 neigh show dev ib0; return 1; }
-	ip -6 neigh show dev ib0 "$peer6"
-	ip -6 neigh show dev ib0 "$peer6" | grep -q "fe:80:00:00:00:00:00:00:50:54:00:ff:ff"
-}
-ipoib_check "$role: C ipoib: IPv6 neighbour discovery and ping" nd_ping
 ipoib_check "$role: C ipoib: full-MTU and fragmented pings" \
 	eval 'ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
 
@@ -151,11 +143,26 @@ cm_up() {
 }
 ipoib_check "$role: C ipoib: connected mode, ifconfig ib0 mtu 65520" cm_up
 both_at 7006
+nd_ping() {
+	local peer6=2001:db8:1b::${ib_peer##*.}
+	ip -6 addr add "2001:db8:1b::${ib_local##*.}/64" dev ib0 nodad || return 1
+	wait_for 60 ping -6 -c 1 -W 2 "$peer6" || { ip -6 neigh show dev ib0; return 1; }
+	ip -6 neigh show dev ib0 "$peer6"
+	ip -6 neigh show dev ib0 "$peer6" | grep -q "fe:80:00:00:00:00:00:00:50:54:00:ff:ff"
+}
+# IPv6 needs an MTU of 1280 at least: connected mode has it, a 1024-byte IB MTU does not.
+ipoib_check "$role: C ipoib: IPv6 neighbour discovery and ping in connected mode" nd_ping
+# fabric_state: what the port and its queue pairs went through, for a failure's log.
+fabric_state() {
+	rdma statistic show link "$IB_DEV/1"
+	rdma res show qp type RC
+	grep -H . /sys/class/net/ib0/statistics/*_errors /sys/class/net/ib0/statistics/*_dropped
+}
 big_pings() {
 	local before after
-	wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer" || return 1
+	wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer" || { fabric_state; return 1; }
 	before=$(frag_creates)
-	ping -c 3 -W 5 -s 60000 "$ib_peer" || return 1
+	ping -c 3 -W 5 -s 60000 "$ib_peer" || { fabric_state; return 1; }
 	after=$(frag_creates)
 	echo "IPv4 fragments made: $before -> $after"
 	[ "$before" = "$after" ]
