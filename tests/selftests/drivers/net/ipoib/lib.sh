@@ -59,7 +59,14 @@ klog_since() {
 
 # Reports of kernel trouble; any of these in the log fails a test.
 KLOG_TROUBLE='WARNING:|BUG:|Oops|Call Trace|circular locking|possible recursive locking|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection|Kernel panic|refcount_t:|inconsistent lock state|sleeping function called from invalid context|hung_task|soft lockup|before their queue pair drained'
-klog_clean_since() { ! klog_since | grep -E "$KLOG_TROUBLE"; }
+# An allocation failure report (warn_alloc: the fault-injection program fails allocations on
+# purpose) dumps a stack that is not trouble: without_alloc_reports leaves those dumps out.
+without_alloc_reports() {
+	awk '/page allocation failure:|vmalloc error:/ { skip = 80 }
+		skip > 0 { skip--; if ($0 ~ /<\/TASK>/) skip = 0; next }
+		{ print }'
+}
+klog_clean_since() { ! klog_since | without_alloc_reports | grep -E "$KLOG_TROUBLE"; }
 # if_of DEV: the interface the module logged for port 1 of RDMA device DEV since the mark.
 if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 

@@ -50,7 +50,13 @@ ipoib_check "$role: without an SM the port stays INIT with LID 0" stays_init
 # --- opensm on the server brings both ports up.
 both_at 7001
 [ "$role" = server ] && opensm_start
-ipoib_check "$role: port ACTIVE after opensm's sweep" eval 'wait_for 90 ib_port_is ACTIVE || { ib_port state; cat /tmp/opensm.log 2>/dev/null | tail -n 20; false; }'
+swept() {
+	wait_for 90 ib_port_is ACTIVE && return 0
+	ib_port state
+	tail -n 20 /tmp/opensm.log 2>/dev/null
+	return 1
+}
+ipoib_check "$role: port ACTIVE after opensm's sweep" swept
 lids() {
 	echo "lid 0x$(ib_lid), sm_lid $(ib_port sm_lid), lmc $(ib_port lid_mask_count)"
 	[ "$(ib_lid)" != 0 ] && [ "$(hex_of "$(ib_port sm_lid)")" != 0 ] &&
@@ -90,7 +96,10 @@ ipoib_check "$role: the SA holds the IPoIB broadcast groups of 0xffff and 0x8001
 pkey_table() {
 	local f hit=
 	for f in /sys/class/infiniband/$IB_DEV/ports/1/pkeys/*; do
-		case "$(cat "$f")" in 0xffff) echo "pkey ${f##*/}: 0xffff" ;; 0x8001) echo "pkey ${f##*/}: 0x8001"; hit=1 ;; esac
+		case "$(cat "$f")" in
+		0xffff) echo "pkey ${f##*/}: 0xffff" ;;
+		0x8001) echo "pkey ${f##*/}: 0x8001" && hit=1 ;;
+		esac
 	done
 	[ -n "$hit" ] && saquery --smkey 1 PKTR | grep -q 0x8001
 }
@@ -184,7 +193,8 @@ else
 	both_at 7007
 	nonzero_stream() {
 		local line
-		line=$(netperf_run "$ib_peer" TCP_STREAM "-m 65536" "C ipoib (connected) TCP_STREAM") || { echo "$line"; return 1; }
+		line=$(netperf_run "$ib_peer" TCP_STREAM "-m 65536" "C ipoib (connected) TCP_STREAM") ||
+			{ echo "$line"; return 1; }
 		echo "$line"
 		echo "$line" | awk '{ exit !($(NF - 1) > 0) }'
 	}
