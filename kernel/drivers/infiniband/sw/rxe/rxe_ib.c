@@ -909,18 +909,3 @@ void rxe_ib_net_exit(void)
 {
 	dev_remove_pack(&rxe_ib_packet_type);
 }
-
-int rxe_ib_newlink(const char *ibdev_name, struct net_device *ndev)
-{
-	struct rxe_dev *rxe;
-
-	if (is_vlan_dev(ndev))
-		return -EPERM;
-
-	rxe = rxe_get_dev_from_net(ndev);
-	if (rxe) {
-		ib_device_put(&rxe->ib_dev);
-		return -EEXIST;
-	}
-	return rxe_net_add(ibdev_name, ndev, true);
-}
