@@ -436,6 +436,7 @@ impl ListenHandler for CmListen {
             Some(_) => Some(RBTreeNode::new(conn.qp.id(), conn.clone(), GFP_KERNEL)?),
             None => None,
         };
+        let rnr_retry = port.rep_rnr_retry(req.rnr_retry_count());
         let mut rx = table.conns.lock();
         // Room first: once accepted, the identifier must be kept.
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
@@ -451,9 +452,9 @@ impl ListenHandler for CmListen {
             slot.keep();
         }
         let private = port.private_data();
-        // The requester retries forever when our receive queue runs dry, rather than failing
-        // the connection (the C driver passes the REQ's count, 0, on).
-        let replied = id.id().send_rep(&conn.qp, psn, &private, !own_ring, 7);
+        let replied = id
+            .id()
+            .send_rep(&conn.qp, psn, &private, !own_ring, rnr_retry);
         bump(&port.counters.cm_rx_accepted, u64::from(replied.is_ok()));
         crate::params::ipoib_dbg!(
             "{} port {}: connection from QPN 0x{:06x} (UD QPN 0x{:06x}) accepted on QPN 0x{:06x}\n",

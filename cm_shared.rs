@@ -40,6 +40,8 @@ pub(crate) trait CmOwner: Send + Sync {
 pub(crate) struct CmShared {
     pub(crate) device: DeviceRef,
     pub(crate) port: u32,
+    /// The interface's partition in the port's P_Key table: its connections' too.
+    pub(crate) pkey_index: u16,
     /// Our UD QPN, announced in REQs and REPs.
     pub(crate) local_qpn: u32,
     /// The path MTU of connections (the port's active MTU).
@@ -63,6 +65,29 @@ pub(crate) struct CmShared {
 }
 
 impl CmShared {
+    /// The transport and RNR retry counts our connection requests ask for. On InfiniBand,
+    /// which loses no packets, none, as the C driver asks (RFC 4755 peers expect it); RoCE
+    /// may drop packets (rxe does under load), so there as many as allowed (7: forever for
+    /// RNR).
+    pub(crate) fn req_retries(&self) -> (u8, u8) {
+        if self.resolver.has_sa() {
+            (0, 0)
+        } else {
+            (7, 7)
+        }
+    }
+
+    /// The RNR retry count of our reply to a request that asked for `requested`: on
+    /// InfiniBand the requester's own, as C peers answer; on RoCE forever, so that a peer
+    /// retries when our receive queue runs dry rather than failing the connection.
+    pub(crate) fn rep_rnr_retry(&self, requested: u8) -> u8 {
+        if self.resolver.has_sa() {
+            requested
+        } else {
+            7
+        }
+    }
+
     /// The name of the device, for the log.
     pub(crate) fn name(&self) -> &CStr {
         self.device.name()
@@ -108,7 +133,7 @@ impl CmShared {
             events,
             crate::OWNER,
         )?;
-        qp.init_rc(self.port, 0)?;
+        qp.init_rc(self.port, self.pkey_index)?;
         Ok(qp)
     }
 }

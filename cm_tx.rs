@@ -294,6 +294,7 @@ impl TxConnection {
             s.link = Some(link.clone());
         }
         let private = port.private_data();
+        let (retry_count, rnr_retry_count) = port.req_retries();
         id.id().send_req(
             &link.qp,
             &ReqParams {
@@ -303,11 +304,8 @@ impl TxConnection {
                 private_data: &private,
                 srq: true,
                 responder_resources: 4,
-                // The C driver asks for no retries, which suits lossless InfiniBand; RoCE
-                // may drop packets (rxe does under load), so retry as often as allowed.
-                // Only our own queue pair is affected: peers see no difference.
-                retry_count: 7,
-                rnr_retry_count: 7,
+                retry_count,
+                rnr_retry_count,
                 max_cm_retries: 15,
             },
         )?;

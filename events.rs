@@ -6,13 +6,23 @@
 //! is GIDs, P_Keys, LID, subnet manager or a reregistration request, flush the
 //! destinations), the periodic ageing of destinations, and the transmit watchdog. C has
 //! these in `ipoib_event` (`ipoib_verbs.c`), the flushes of `ipoib_ib.c` and the neighbour
-//! reaping of `ipoib_main.c`. InfiniBand's SM events land here too.
+//! reaping of `ipoib_main.c`.
+//!
+//! On InfiniBand the subnet manager stands behind most events: a new LID, a new SM, a
+//! request to register again (an SM that restarted), a changed P_Key or GID table, a port
+//! that came back. Each may have invalidated paths and groups, so the port work item
+//! forgets the paths, re-reads the LID, leaves every group and joins again (the carrier
+//! goes off until the broadcast group is joined), for the interface and its children.
 
 use crate::{
-    interface::{Interface, NEIGH_GC_WORK, PORT_WORK, STALL_WORK, TX_TIMEOUT_MS},
+    interface::{
+        Interface, MCAST_WORK, NEIGH_GC_WORK, PORT_WORK, RESOLVE_WORK, STALL_WORK,
+        TX_TIMEOUT_MS,
+    },
     ipoib_ud::UdDatapath,
     stats::{bump, now_ms},
 };
+use core::sync::atomic::Ordering;
 use kernel::{
     net::{dev::NetDevice, neigh::arp_gc_interval_ms},
     prelude::*,
@@ -26,7 +36,20 @@ impl Interface {
     /// Applies a port event to a port's own interface, whose net_device is `dev`, and to
     /// its children (from the device's event handler).
     pub(crate) fn port_event(this: &Arc<Self>, dev: &NetDevice, event: &AsyncEvent) {
-        if let AsyncEvent::PortActive(_) = event {
+        let fabric_changed = this.on_infiniband()
+            && matches!(
+                event,
+                AsyncEvent::PortActive(_)
+                    | AsyncEvent::LidChange(_)
+                    | AsyncEvent::SmChange(_)
+                    | AsyncEvent::ClientReregister(_)
+                    | AsyncEvent::PkeyChange(_)
+                    | AsyncEvent::GidChange(_)
+            );
+        if fabric_changed {
+            this.fabric_changed.store(true, Ordering::Relaxed);
+        }
+        if fabric_changed || matches!(event, AsyncEvent::PortActive(_)) {
             // The speed may have changed with the link (children learn it from us).
             let _ = workqueue::system().enqueue::<_, PORT_WORK>(this.clone());
         }
@@ -55,11 +78,41 @@ impl Interface {
     }
 
     /// Queries the port again after a port event (the port work item) and passes the speed
-    /// on to the children.
-    pub(crate) fn refresh_port(&self) {
+    /// on to the children; on InfiniBand, after a change of the fabric, flushes paths and
+    /// groups of the interface and its children.
+    pub(crate) fn refresh_port(self: &Arc<Self>) {
         self.ethtool.refresh(&self.device, self.port);
         self.children()
             .for_each(|c| c.interface().ethtool.copy_speed(&self.ethtool));
+        if self.fabric_changed.swap(false, Ordering::Relaxed) {
+            self.flush_fabric();
+            self.children().for_each(|c| c.interface().flush_fabric());
+        }
+    }
+
+    /// After a change of the InfiniBand fabric: our LID read again, paths forgotten (the
+    /// held packets asked for again), groups left and joined again.
+    fn flush_fabric(self: &Arc<Self>) {
+        match self.device.port_attr(self.port) {
+            Ok(attr) => self.ud.set_lid(attr.lid() as u16),
+            Err(e) => pr_warn!(
+                "{} port {}: port not queried ({:?})\n",
+                self.device.name(),
+                self.port,
+                e
+            ),
+        }
+        self.paths.cancel_queries();
+        self.flush_neighbours();
+        if !self.is_up() {
+            return;
+        }
+        if let Some(dev) = self.up_netdev() {
+            dev.carrier_off();
+        }
+        self.rejoin_groups();
+        let _ = workqueue::system().enqueue::<_, MCAST_WORK>(self.clone());
+        let _ = workqueue::system().enqueue::<_, RESOLVE_WORK>(self.clone());
     }
 
     /// Forgets all destinations (addresses changed).

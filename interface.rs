@@ -15,13 +15,14 @@ use crate::{
     child::{Children, Maker, Role},
     debugfs::DebugView,
     ethtool::{self, EthtoolState},
+    fabric::{Answered, SaOwner, SaPort},
     ipoib_cm::ConnectedMode,
     ipoib_ud::{send_sges, UdConfig, UdDatapath},
-    mcast::Multicast,
+    mcast::{Multicast, SaJoiner, SyncReport},
     params,
     path::{PathResolver, Paths, GID_INDEX},
     send_credits::SendCredits,
-    stats::{bump, Counters, Gauges},
+    stats::{bump, now_ms, Counters, Gauges},
     wire::{self, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN},
 };
 use core::{
@@ -36,12 +37,16 @@ use kernel::{
         rtnl::Rtnl,
         skb::SkBuff,
     },
+    new_spinlock,
     prelude::*,
     rdma::{
-        device::{Device, DeviceRef, Mtu, PortState},
+        device::{Device, DeviceRef, Mtu, PortState, Protocol},
         pd::ProtectionDomain,
+        sa::SaClient,
     },
-    sync::{Arc, ArcBorrow},
+    sync::{Arc, ArcBorrow, SpinLock},
+    time::msecs_to_jiffies,
+    types::ARef,
     workqueue::{
         self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
         WorkItem,
@@ -53,15 +58,17 @@ use kernel::{
 pub(crate) const TX_TIMEOUT_MS: u32 = 2000;
 
 /// The work item that makes the address handles held packets wait for.
-const RESOLVE_WORK: u64 = 0;
+pub(crate) const RESOLVE_WORK: u64 = 0;
 /// The work item that joins and leaves the groups of the multicast list.
-const MCAST_WORK: u64 = 1;
+pub(crate) const MCAST_WORK: u64 = 1;
 /// The work item that queries the port again after a port event (`events.rs`).
 pub(crate) const PORT_WORK: u64 = 2;
 /// The work item that looks for stalled sends after a transmit timeout.
 pub(crate) const STALL_WORK: u64 = 3;
 /// The delayed work item that ages the destinations (`events.rs`).
 pub(crate) const NEIGH_GC_WORK: u64 = 4;
+/// The delayed work item that retries failed multicast joins (InfiniBand).
+const MCAST_RETRY_WORK: u64 = 5;
 
 /// What the interfaces of a port need to know of it: queried once, for the first interface
 /// (querying a RoCE port takes RTNL, which child creation holds), and passed on to its
@@ -72,6 +79,7 @@ pub(crate) struct PortFacts {
     active_mtu: Mtu,
     gid: wire::Gid,
     speed_mbps: u32,
+    lid: u16,
 }
 
 impl PortFacts {
@@ -83,6 +91,7 @@ impl PortFacts {
             active_mtu: attr.active_mtu().ok_or(ENODEV)?,
             gid: wire::Gid(device.query_gid(port, GID_INDEX)?.0),
             speed_mbps: attr.speed_mbps(),
+            lid: attr.lid() as u16,
         })
     }
 }
@@ -98,6 +107,8 @@ pub(crate) struct Interface {
     pub(crate) device: DeviceRef,
     pub(crate) port: u32,
     facts: PortFacts,
+    /// The port's subnet administrator (InfiniBand); `None` on RoCE.
+    sa: Option<Arc<SaPort>>,
     /// The partition, full-membership bit set.
     pkey: u16,
     /// Its index in the port's P_Key table; `None` while the table lacks it: the
@@ -139,12 +150,21 @@ pub(crate) struct Interface {
     active: AtomicBool,
     /// Whether the interface is up.
     up: AtomicBool,
+    /// An event said the InfiniBand fabric changed: the port work item flushes paths and
+    /// groups (`events.rs`).
+    pub(crate) fabric_changed: AtomicBool,
+    /// Our net_device while the interface is up, for the carrier the multicast work item
+    /// turns on (holding it longer would keep it from being unregistered).
+    #[pin]
+    netdev: SpinLock<Option<ARef<NetDevice>>>,
     /// Link speed and receive coalescing, for ethtool.
     pub(crate) ethtool: EthtoolState,
     #[pin]
     resolve_work: Work<Interface, RESOLVE_WORK>,
     #[pin]
     mcast_work: Work<Interface, MCAST_WORK>,
+    #[pin]
+    mcast_retry: DelayedWork<Interface, MCAST_RETRY_WORK>,
     /// Not run from the event handler, which runs under the core's event lock, nor from a
     /// work item flushed under RTNL (querying a RoCE port takes RTNL).
     #[pin]
@@ -158,21 +178,28 @@ pub(crate) struct Interface {
 
 impl Interface {
     /// Sets up the interface of `port` of `device`, whose NAPI context is `napi`: its parts,
-    /// and the broadcast group joined. `maker` makes its children.
+    /// and on RoCE the broadcast group joined. On InfiniBand its subnet administrator is
+    /// asked through `sa_client`. `maker` makes its children.
     pub(crate) fn new(
         device: &Device,
         port: u32,
         facts: &PortFacts,
         napi: &NapiHandle,
+        sa_client: &Arc<SaClient>,
         maker: Maker<Interface>,
     ) -> Result<Arc<Self>> {
         // The port's own partition is the first of its table, as in the C driver.
         let pkey = device.query_pkey(port, 0)? | wire::PKEY_FULL_MEMBER;
         let pkey_index = device.find_pkey(port, pkey)?;
+        let sa = match device.protocol(port)? {
+            Protocol::InfiniBand => Some(SaPort::new(sa_client, device, port)?),
+            _ => None,
+        };
         Self::build(
             device,
             port,
             facts,
+            sa,
             (pkey, pkey_index),
             napi,
             Role::Parent,
@@ -200,6 +227,7 @@ impl Interface {
             &this.device,
             this.port,
             &facts,
+            this.sa.clone(),
             (pkey, pkey_index),
             napi,
             role,
@@ -207,10 +235,12 @@ impl Interface {
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn build(
         device: &Device,
         port: u32,
         facts: &PortFacts,
+        sa: Option<Arc<SaPort>>,
         (pkey, pkey_index): (u16, Option<u16>),
         napi: &NapiHandle,
         role: Role<Interface>,
@@ -240,18 +270,19 @@ impl Interface {
             recv_cqe: base_cqe + nonsrq_max as u32 * recv_ring,
             mtu,
             gid: facts.gid,
+            lid: facts.lid,
             broadcast: broadcast.gid(),
         };
         let ud = UdDatapath::new(device, &pd, config, napi, credits.clone(), counters.clone())?;
         let qpn = ud.qp().qp_num();
-        let resolver = PathResolver::new(port);
+        let resolver = PathResolver::new(port, sa.clone(), facts.gid, pkey);
         let cm = if cm_capable {
             ConnectedMode::new(
                 device,
-                port,
+                (port, pkey_index.unwrap_or(0)),
                 qpn,
                 facts.active_mtu,
-                resolver,
+                resolver.clone(),
                 (send_ring, recv_ring, nonsrq_max),
                 &pd,
                 ud.recv_cq().clone(),
@@ -276,6 +307,11 @@ impl Interface {
             0
         };
         let local = HwAddr::new(flags, qpn, facts.gid).map_err(|_| EINVAL)?;
+        let joiner = sa.as_ref().map(|sa| SaJoiner {
+            sa: sa.clone(),
+            port_gid: facts.gid,
+            pkey,
+        });
         let mcast = Multicast::new(
             device,
             port,
@@ -284,6 +320,8 @@ impl Interface {
             &broadcast,
             facts.active_mtu,
             pkey_index.is_some(),
+            joiner,
+            counters.clone(),
         )?;
         let paths = Paths::new(resolver, counters.clone())?;
         let scatter_gather = send_sges(device) > 1;
@@ -293,6 +331,7 @@ impl Interface {
                 device,
                 port,
                 facts: *facts,
+                sa,
                 pkey,
                 pkey_index,
                 role,
@@ -313,9 +352,12 @@ impl Interface {
                 napi: napi.clone(),
                 active: AtomicBool::new(facts.active),
                 up: AtomicBool::new(false),
+                fabric_changed: AtomicBool::new(false),
+                netdev <- new_spinlock!(None, "Interface::netdev"),
                 ethtool: EthtoolState::new(facts.speed_mbps),
                 resolve_work <- new_work!("Interface::resolve_work"),
                 mcast_work <- new_work!("Interface::mcast_work"),
+                mcast_retry <- new_delayed_work!("Interface::mcast_retry"),
                 port_work <- new_work!("Interface::port_work"),
                 stall_work <- new_work!("Interface::stall_work"),
                 neigh_gc <- new_delayed_work!("Interface::neigh_gc"),
@@ -334,9 +376,25 @@ impl Interface {
         self.pkey_index.is_some()
     }
 
-    /// Whether the interface carries traffic: its port is up and its partition there.
+    /// Whether the interface carries traffic: its port is up, its partition there, and
+    /// (InfiniBand) its broadcast group joined.
     pub(crate) fn carrier_ready(&self) -> bool {
-        self.port_active() && self.has_partition()
+        self.port_active() && self.has_partition() && self.mcast.broadcast_ready()
+    }
+
+    /// Our net_device, while the interface is up.
+    pub(crate) fn up_netdev(&self) -> Option<ARef<NetDevice>> {
+        self.netdev.lock().clone()
+    }
+
+    /// Leaves every group, which the multicast work item joins again (the fabric changed).
+    pub(crate) fn rejoin_groups(&self) {
+        self.mcast.leave_all(self.ud.qp(), false);
+    }
+
+    /// Whether the port is an InfiniBand one, with a subnet administrator.
+    pub(crate) fn on_infiniband(&self) -> bool {
+        self.sa.is_some()
     }
 
     /// Whether the port passes traffic.
@@ -403,17 +461,90 @@ impl Interface {
                 return;
             }
         }
-        let bcast = (dest.gid() == this.broadcast.gid()).then(|| this.mcast.broadcast_ah());
-        if this.paths.send(&this.ud, skb, &dest, bcast, dev) {
+        let bcast = if dest.gid() == this.broadcast.gid() {
+            // Not before the broadcast group is joined (InfiniBand).
+            let Some(ah) = this.mcast.broadcast_ah() else {
+                bump(&c.tx_dropped, 1);
+                return;
+            };
+            Some(ah)
+        } else {
+            None
+        };
+        if this.paths.send(&this.ud, skb, &dest, bcast.as_ref(), dev) {
             let _ = workqueue::system().enqueue::<_, RESOLVE_WORK>(Arc::<Self>::from(this));
         }
     }
 
     /// Makes the address handles held packets wait for, then has NAPI send them (the
-    /// resolve work item).
-    fn resolve(&self) {
-        self.paths.resolve(&self.device, &self.pd, &self.ud);
+    /// resolve work item). Multicast groups on InfiniBand are asked of the multicast work
+    /// item.
+    fn resolve(self: Arc<Self>) {
+        let owner: Arc<dyn SaOwner> = self.clone();
+        let mut joins = false;
+        self.paths
+            .resolve(&self.device, &self.pd, &self.ud, &owner, |mgid| {
+                joins |= self.mcast.request_send(mgid);
+            });
+        if joins {
+            let _ = workqueue::system().enqueue::<_, MCAST_WORK>(self.clone());
+        }
         self.napi.schedule();
+    }
+
+    /// Joins and leaves multicast groups and takes the SA's answers in (the multicast work
+    /// items): the broadcast group's record sets the Q_Key and turns the carrier on.
+    fn sync_multicast(self: Arc<Self>) {
+        let owner: Arc<dyn SaOwner> = self.clone();
+        let report = self
+            .mcast
+            .sync(&self.device, self.port, self.ud.qp(), &self.pd, &owner);
+        let SyncReport {
+            broadcast,
+            handles,
+            unreachable,
+            retry_at,
+        } = report;
+        if let Some(rec) = broadcast {
+            self.broadcast_joined(&rec);
+        }
+        let sends = !handles.is_empty();
+        for (mgid, ah) in handles {
+            self.paths.add_handle(&self.device, &self.ud, &mgid, ah);
+        }
+        for mgid in unreachable.iter() {
+            self.paths.drop_held(mgid);
+        }
+        if sends {
+            self.napi.schedule();
+        }
+        if let Some(at) = retry_at {
+            let delay = (at - now_ms()).clamp(1, 60_000) as u32;
+            let _ = workqueue::system()
+                .enqueue_delayed::<_, MCAST_RETRY_WORK>(self.clone(), msecs_to_jiffies(delay));
+        }
+    }
+
+    /// The broadcast group was joined with `rec`: its Q_Key is the interface's, its MTU
+    /// bounds datagrams, and the carrier comes on.
+    fn broadcast_joined(&self, rec: &kernel::rdma::sa::McMemberRecord) {
+        if let Err(e) = self.ud.set_qkey(rec.qkey()) {
+            pr_warn!(
+                "{} port {}: Q_Key 0x{:x} not set ({:?})\n",
+                self.device.name(),
+                self.port,
+                rec.qkey(),
+                e
+            );
+        }
+        if let Some(mtu) = rec.mtu() {
+            self.ud.limit_mtu(mtu.bytes() - ENCAP_HEADER_LEN as u32);
+        }
+        if let Some(dev) = self.up_netdev() {
+            if self.carrier_ready() && self.is_up() {
+                dev.carrier_on();
+            }
+        }
     }
 
     /// NAPI: handles up to `budget` receives and all send completions, sends the held
@@ -490,12 +621,18 @@ impl Interface {
         });
     }
 
-    /// The interface comes up: completions armed, groups joined, connections accepted.
-    pub(crate) fn start(this: ArcBorrow<'_, Self>) -> Result {
+    /// The interface, whose net_device is `dev`, comes up: completions armed, groups
+    /// joined, connections accepted.
+    pub(crate) fn start(this: ArcBorrow<'_, Self>, dev: &NetDevice) -> Result {
         let this: Arc<Self> = this.into();
+        *this.netdev.lock() = Some(dev.into());
         this.ud.arm();
         this.mcast.open();
         this.up.store(true, Ordering::Release);
+        if this.on_infiniband() {
+            // The broadcast group first; the carrier comes on once it is joined.
+            let _ = workqueue::system().enqueue::<_, MCAST_WORK>(this.clone());
+        }
         this.schedule_neigh_gc();
         if let Some(cm) = &this.cm {
             cm.start()?;
@@ -508,10 +645,13 @@ impl Interface {
     pub(crate) fn stop(&self) {
         self.mcast.close();
         self.mcast_work.flush();
+        while self.mcast_retry.flush() {}
+        self.mcast_work.flush();
         self.up.store(false, Ordering::Release);
         // A run under way may queue itself once more: flush until idle.
         while self.neigh_gc.flush() {}
-        self.mcast.leave_all(self.ud.qp());
+        self.mcast.leave_all(self.ud.qp(), true);
+        *self.netdev.lock() = None;
         self.paths.drop_all();
         if let Some(cm) = &self.cm {
             cm.stop();
@@ -527,6 +667,7 @@ impl Interface {
         self.stall_work.flush();
         self.resolve_work.flush();
         self.mcast_work.flush();
+        while self.mcast_retry.flush() {}
         self.ud.flush_work();
         self.port_work.flush();
         while self.neigh_gc.flush() {}
@@ -583,6 +724,16 @@ impl_has_work! {
 
 impl_has_delayed_work! {
     impl HasDelayedWork<Self, NEIGH_GC_WORK> for Interface { self.neigh_gc }
+    impl HasDelayedWork<Self, MCAST_RETRY_WORK> for Interface { self.mcast_retry }
+}
+
+impl SaOwner for Interface {
+    fn answered(self: Arc<Self>, what: Answered) {
+        let _ = match what {
+            Answered::Path => workqueue::system().enqueue::<_, RESOLVE_WORK>(self),
+            Answered::Join => workqueue::system().enqueue::<_, MCAST_WORK>(self),
+        };
+    }
 }
 
 impl WorkItem<RESOLVE_WORK> for Interface {
@@ -597,7 +748,15 @@ impl WorkItem<MCAST_WORK> for Interface {
     type Pointer = Arc<Interface>;
 
     fn run(this: Arc<Interface>) {
-        this.mcast.sync(&this.device, this.port, this.ud.qp());
+        this.sync_multicast();
+    }
+}
+
+impl WorkItem<MCAST_RETRY_WORK> for Interface {
+    type Pointer = Arc<Interface>;
+
+    fn run(this: Arc<Interface>) {
+        this.sync_multicast();
     }
 }
 

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! IP over InfiniBand (RFC 4391, 4392, 4755), on RoCE ports so far: ports of the InfiniBand
-//! link layer, whose paths come from the subnet administrator, are skipped with a message.
+//! IP over InfiniBand (RFC 4391, 4392, 4755), on InfiniBand ports (paths and groups from
+//! the subnet administrator) and RoCE ports (routes derived from GIDs).
 //!
-//! Crate root: the module, its IB client, and the interfaces it creates, one per RoCE port
-//! of every RDMA device (`ib0`, `ib1`, ...), removed with the device or the module.
+//! Crate root: the module, its IB client, and the interfaces it creates, one per
+//! InfiniBand or RoCE port of every RDMA device (`ib0`, `ib1`, ...), removed with the
+//! device or the module.
 
 // The pinned initialisers of the connected-mode state need more macro recursion than the
 // default allows (as in Android's Rust binder).
@@ -18,6 +19,7 @@ use kernel::{
         client::{self, Client},
         device::{Device, Protocol},
         event::{AsyncEvent, EventHandler, EventRegistration},
+        sa::SaClient,
     },
     sync::Arc,
 };
@@ -30,6 +32,7 @@ mod cq;
 mod debugfs;
 mod ethtool;
 mod events;
+mod fabric;
 mod interface;
 mod ipoib_cm;
 mod ipoib_ud;
@@ -39,6 +42,7 @@ mod netdev;
 mod params;
 mod path;
 mod rx;
+mod sa_group;
 mod send_credits;
 mod srq;
 mod stats;
@@ -70,6 +74,8 @@ struct ClientContext {
     link_kind: Arc<LinkKind<IpoibNetdev>>,
     /// `ipoib/` in debugfs.
     debug_root: DebugRoot,
+    /// How InfiniBand interfaces ask their subnet administrators (C: `ipoib_sa_client`).
+    sa_client: Arc<SaClient>,
 }
 
 /// The `ip link` kind of IPoIB interfaces, as the C driver names it.
@@ -83,6 +89,7 @@ impl kernel::Module for IpoibModule {
             ClientContext {
                 link_kind,
                 debug_root: DebugRoot::new(),
+                sa_client: SaClient::new()?,
             },
             GFP_KERNEL,
         )?;
@@ -220,7 +227,7 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
         kind: ctx.link_kind.clone(),
         debug_root: ctx.debug_root.clone(),
     };
-    let interface = Interface::new(device, port, &facts, &napi, maker)?;
+    let interface = Interface::new(device, port, &facts, &napi, &ctx.sa_client, maker)?;
     let mut netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
         interface.local.as_bytes(),
@@ -276,12 +283,6 @@ fn log_port(device: &Device, port: u32) -> Result<bool> {
             "{name} port {port}: {protocol} ({link:?} link), state {}, active MTU {mtu}, GID[0] unset ({e:?})\n",
             attr.state(),
         ),
-    }
-    if protocol == Protocol::InfiniBand {
-        // Paths and multicast groups on an InfiniBand fabric come from the subnet
-        // administrator; without it every address handle would be wrong.
-        pr_info!("{name} port {port}: InfiniBand link layer needs SA path resolution, not supported yet; skipped\n");
-        return Ok(false);
     }
     Ok(true)
 }

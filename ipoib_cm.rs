@@ -101,7 +101,7 @@ impl ConnectedMode {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         device: &Device,
-        port: u32,
+        (port, pkey_index): (u32, u16),
         local_qpn: u32,
         path_mtu: Mtu,
         resolver: PathResolver,
@@ -120,6 +120,7 @@ impl ConnectedMode {
         let shared = CmShared {
             device: device.get_ref()?,
             port,
+            pkey_index,
             local_qpn,
             path_mtu,
             resolver,

@@ -16,7 +16,7 @@ use crate::{
     stats::{bump, Counters},
     wire::{self, HwAddr, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{
     net::{
         dev::NetDevice,
@@ -62,8 +62,9 @@ pub(crate) struct UdConfig {
     pub(crate) recv_cqe: u32,
     /// Largest IPoIB payload of a datagram (the IB MTU less the encapsulation header).
     pub(crate) mtu: u32,
-    /// Our GID, and the broadcast group's: they tell received datagrams apart.
+    /// Our GID and LID, and the broadcast group's GID: they tell received datagrams apart.
     pub(crate) gid: wire::Gid,
+    pub(crate) lid: u16,
     pub(crate) broadcast: wire::Gid,
 }
 
@@ -74,9 +75,15 @@ pub(crate) struct UdDatapath {
     device: DeviceRef,
     port: u32,
     pkey_index: Option<u16>,
-    mtu: u32,
+    /// Largest payload of a datagram: the port's, or on InfiniBand the broadcast group's
+    /// if smaller.
+    mtu: AtomicU32,
     recv_ring: u32,
     gid: wire::Gid,
+    /// Our LID (InfiniBand; 0 on RoCE), changed by port events.
+    lid: AtomicU32,
+    /// The Q_Key of our datagrams, and of those we accept: the broadcast group's.
+    qkey: AtomicU32,
     broadcast: wire::Gid,
     send_cq: Arc<CompletionQueue<CqEvents>>,
     recv_cq: Arc<CompletionQueue<CqEvents>>,
@@ -117,6 +124,7 @@ impl UdDatapath {
             recv_cqe,
             mtu,
             gid,
+            lid,
             broadcast,
         } = config;
         let events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
@@ -150,9 +158,11 @@ impl UdDatapath {
                 device,
                 port,
                 pkey_index,
-                mtu,
+                mtu: AtomicU32::new(mtu),
                 recv_ring,
                 gid,
+                lid: AtomicU32::new(u32::from(lid)),
+                qkey: AtomicU32::new(wire::DEFAULT_QKEY),
                 broadcast,
                 send_cq,
                 recv_cq,
@@ -177,6 +187,34 @@ impl UdDatapath {
     /// The receive CQ (connected mode's receives complete there too; ethtool moderates it).
     pub(crate) fn recv_cq(&self) -> &Arc<CompletionQueue<CqEvents>> {
         &self.recv_cq
+    }
+
+    /// Sets the Q_Key of our datagrams (the broadcast group's), on the queue pair too.
+    pub(crate) fn set_qkey(&self, qkey: u32) -> Result {
+        if self.qkey.swap(qkey, Ordering::Relaxed) != qkey && self.pkey_index.is_some() {
+            self.qp.set_qkey(qkey)?;
+        }
+        Ok(())
+    }
+
+    /// Bounds datagram payloads by `mtu` (the broadcast group's) where it is below the
+    /// port's.
+    pub(crate) fn limit_mtu(&self, mtu: u32) {
+        let old = self.mtu.fetch_min(mtu, Ordering::Relaxed);
+        if mtu < old {
+            pr_warn!(
+                "{} port {}: the broadcast group's MTU limits datagrams to {} bytes (the port takes {})\n",
+                self.device.name(),
+                self.port,
+                mtu,
+                old
+            );
+        }
+    }
+
+    /// Records our LID after a port event.
+    pub(crate) fn set_lid(&self, lid: u16) {
+        self.lid.store(u32::from(lid), Ordering::Relaxed);
     }
 
     /// Sends posted so far.
@@ -211,8 +249,9 @@ impl UdDatapath {
         // rxe drops an oversize UD send while reporting success: enforce the MTU here. In
         // connected mode the stack may send more toward a peer reached over UD: tell it the
         // path MTU, as a router would.
-        if len > self.mtu + ENCAP_HEADER_LEN as u32 {
-            let _ = skb.report_too_big(self.mtu);
+        let mtu = self.mtu.load(Ordering::Relaxed);
+        if len > mtu + ENCAP_HEADER_LEN as u32 {
+            let _ = skb.report_too_big(mtu);
             bump(&c.tx_dropped, 1);
             return None;
         }
@@ -235,10 +274,8 @@ impl UdDatapath {
             return;
         }
         let offset = HWADDR_LEN as u32;
-        match self
-            .qp
-            .post_skb_ud(skb, offset, ah, dest.qpn(), wire::DEFAULT_QKEY)
-        {
+        let qkey = self.qkey.load(Ordering::Relaxed);
+        match self.qp.post_skb_ud(skb, offset, ah, dest.qpn(), qkey) {
             Ok(()) => {
                 self.sends_posted.fetch_add(1, Ordering::Relaxed);
                 bump(&c.tx_packets, 1);
@@ -332,10 +369,15 @@ impl UdDatapath {
             bump(&c.rx_errors, 1);
             return;
         };
-        // The GRH space holds the sender's GID at bytes 8..24 (an IPv6 header on RoCE v2
-        // over IPv6). Our own multicast comes back to us: drop it.
+        // The GRH space holds the sender's GID at bytes 8..24 when a GRH came (an IPv6
+        // header on RoCE v2 over IPv6). Our own multicast comes back to us: it has our LID
+        // and QPN, and, if a GRH came, our interface ID (the C driver's rule; on RoCE the
+        // LIDs are 0).
         let grh = &buf.as_slice()[..UD_GRH_LEN];
-        if wc.src_qp() == self.qp.qp_num() && grh[8..24] == self.gid.0 {
+        if wc.src_qp() == self.qp.qp_num()
+            && wc.slid() == self.lid.load(Ordering::Relaxed)
+            && (!wc.has_grh() || grh[16..24] == self.gid.0[8..])
+        {
             return;
         }
         let dgid = &grh[24..40];
@@ -436,7 +478,8 @@ impl UdDatapath {
                 let _ = kept.push(buf, GFP_KERNEL);
             },
         )?;
-        self.qp.ready(self.port, pkey_index, wire::DEFAULT_QKEY)?;
+        self.qp
+            .ready(self.port, pkey_index, self.qkey.load(Ordering::Relaxed))?;
         // NAPI may repost a buffer it took just before the reset: count what is posted.
         let wanted = self.recv_ring as usize;
         let mut kept = kept.into_iter();

@@ -3,19 +3,28 @@
 //! Multicast of an interface (C: `ipoib_multicast.c`): the broadcast group, joined with the
 //! interface while its partition exists and sent to through an address handle of its own,
 //! and the groups its multicast list asks for (IPv4 groups, IPv6 all-nodes and
-//! solicited-node groups, groups sockets join).
+//! solicited-node groups, groups sockets join), and on InfiniBand the groups only sent to.
 //!
 //! The list changes in atomic context (`set_rx_mode`), so it is copied here and the joins
-//! and leaves happen in process context (the interface's multicast work item). On RoCE a
-//! join is an attach of the UD queue pair plus an IP-level join of the group on the Ethernet
-//! device under the port, without which the group's packets never reach the queue pair;
-//! with no subnet administrator to answer a join, the broadcast group's member record is
-//! made locally, as the RDMA CM does. Joins through the SA (InfiniBand) belong here too.
+//! and leaves happen in process context (the interface's multicast work item).
+//!
+//! On InfiniBand every join goes to the subnet administrator (`sa_group.rs`): the
+//! broadcast group first, when the interface comes up; its record gives the interface's
+//! Q_Key and datagram MTU, and the parameters every other group is created with (RFC
+//! 4391); the other groups are joined once it is. A group sent to without being in the
+//! list is joined as a send-only member, and its address handle given to the paths.
+//!
+//! On RoCE a join is an attach of the UD queue pair plus an IP-level join of the group on
+//! the Ethernet device under the port, without which the group's packets never reach the
+//! queue pair; with no subnet administrator to answer a join, the broadcast group's member
+//! record is made locally, as the RDMA CM does, when the interface is made.
 
 use crate::{
     debugfs::{write_group, GidText},
+    fabric::{SaOwner, SaPort},
     path::GID_INDEX,
-    stats::now_ms,
+    sa_group::{Progress, SaGroup},
+    stats::{bump, now_ms, Counters},
     wire::{self, Gid, HwAddr},
 };
 use core::fmt::{self, Write};
@@ -32,29 +41,38 @@ use kernel::{
         device::{self, Device, Mtu},
         pd::ProtectionDomain,
         qp::QueuePair,
-        sa::McMemberRecord,
+        sa::{JoinState, McMemberRecord},
     },
     sync::{Arc, Mutex, SpinLockBh},
 };
 
 /// Groups joined at most; further ones are not joined (their count is logged).
 const MAX_GROUPS: usize = 64;
+/// Groups sent to without joining them fully, at most (InfiniBand).
+const MAX_SEND_ONLY: usize = 32;
 
-/// A group we are a member of.
+/// How a group of the list is held.
+enum Membership {
+    /// RoCE: the IP-level join on the Ethernet device (the queue pair is attached too).
+    Ip { _member: Ipv6McMembership },
+    /// InfiniBand: the membership asked of the SA.
+    Sa(SaGroup),
+}
+
+/// A group we are a member of, or asked to be.
 struct Joined {
     mgid: Gid,
     /// When it was joined (ms, monotonic).
     joined_ms: i64,
-    /// The IP-level join on the Ethernet device.
-    _member: Ipv6McMembership,
+    member: Membership,
 }
 
 impl Joined {
-    fn new(mgid: Gid, member: Ipv6McMembership) -> Self {
+    fn new(mgid: Gid, member: Membership) -> Self {
         Self {
             mgid,
             joined_ms: now_ms(),
-            _member: member,
+            member,
         }
     }
 }
@@ -96,10 +114,25 @@ impl McastGroups {
         }))
     }
 
-    /// Calls `f` with each joined group and when it was joined (process context).
+    /// Calls `f` with each joined group and when it was joined (process context); groups
+    /// still asked of the SA are left out.
     fn for_each_joined(&self, mut f: impl FnMut(&Gid, i64)) {
         for j in self.joined.lock().iter().flatten() {
+            if let Membership::Sa(g) = &j.member {
+                if g.record().is_none() {
+                    continue;
+                }
+            }
             f(&j.mgid, j.joined_ms);
+        }
+    }
+
+    /// Calls `f` with each group held through the SA (process context).
+    fn for_each_sa(&self, mut f: impl FnMut(&mut SaGroup)) {
+        for j in self.joined.lock().iter_mut().flatten() {
+            if let Membership::Sa(g) = &mut j.member {
+                f(g);
+            }
         }
     }
 
@@ -143,7 +176,7 @@ impl McastGroups {
     /// Brings the joined groups in line with the wanted ones (process context): leaves the
     /// groups no longer wanted with `leave`, joins new ones with `join`. Returns how many
     /// joins failed.
-    fn sync(&self, join: impl Fn(&Gid) -> Result<Joined>, leave: impl Fn(&Gid)) -> usize {
+    fn sync(&self, join: impl Fn(&Gid) -> Result<Joined>, leave: impl Fn(Joined)) -> usize {
         let (groups, len) = {
             let w = self.wanted.lock();
             (w.groups, if w.open { w.len } else { 0 })
@@ -153,7 +186,7 @@ impl McastGroups {
         for slot in joined.iter_mut() {
             if slot.as_ref().is_some_and(|j| !wanted.contains(&j.mgid)) {
                 if let Some(j) = slot.take() {
-                    leave(&j.mgid);
+                    leave(j);
                 }
             }
         }
@@ -174,14 +207,17 @@ impl McastGroups {
         failed
     }
 
-    /// Leaves every group (the interface goes down) and forgets the wanted ones.
-    fn leave_all(&self, leave: impl Fn(&Gid)) {
+    /// Leaves every group (the interface goes down, or the fabric changed) with `leave`;
+    /// forgets the wanted ones if `forget`.
+    fn leave_all(&self, leave: impl Fn(Joined), forget: bool) {
         for slot in self.joined.lock().iter_mut() {
             if let Some(j) = slot.take() {
-                leave(&j.mgid);
+                leave(j);
             }
         }
-        self.wanted.lock().len = 0;
+        if forget {
+            self.wanted.lock().len = 0;
+        }
     }
 }
 
@@ -189,26 +225,86 @@ fn rdma_gid(g: &Gid) -> device::Gid {
     device::Gid(g.0)
 }
 
+/// How an InfiniBand interface asks for its groups: its port's SA, and the GID and
+/// partition its joins name.
+pub(crate) struct SaJoiner {
+    pub(crate) sa: Arc<SaPort>,
+    pub(crate) port_gid: Gid,
+    pub(crate) pkey: u16,
+}
+
+impl SaJoiner {
+    /// The join of `mgid` as `state`.
+    fn record(&self, mgid: &Gid, state: JoinState) -> McMemberRecord {
+        McMemberRecord::ib_join(
+            &rdma_gid(mgid),
+            &rdma_gid(&self.port_gid),
+            self.pkey,
+            state,
+        )
+    }
+}
+
+/// The groups asked of the SA besides those of the list (InfiniBand).
+struct SaGroups {
+    broadcast: Option<SaGroup>,
+    /// Groups sent to without joining them fully, by slot.
+    send_only: KVec<Option<SaGroup>>,
+    /// Groups the paths asked handles for since the last run of the work item.
+    requested: KVec<Gid>,
+}
+
+/// What a run of the multicast work item tells the interface.
+#[derive(Default)]
+pub(crate) struct SyncReport {
+    /// The broadcast group was joined, with this record: Q_Key, MTU, carrier.
+    pub(crate) broadcast: Option<McMemberRecord>,
+    /// Handles for groups sent to, for the paths.
+    pub(crate) handles: KVec<(Gid, Arc<AddressHandle>)>,
+    /// Groups sent to that could not be joined: their packets go.
+    pub(crate) unreachable: KVec<Gid>,
+    /// When the work item is due again for a retry (ms, monotonic).
+    pub(crate) retry_at: Option<i64>,
+}
+
+impl SyncReport {
+    fn retry(&mut self, at: Option<i64>) {
+        if let Some(at) = at {
+            self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+        }
+    }
+}
+
 /// The multicast state of an interface: the broadcast group and the other groups.
 #[pin_data]
 pub(crate) struct Multicast {
     /// The broadcast group (its GID carries the interface's P_Key).
     broadcast: Gid,
-    /// The address handle broadcasts are sent through.
-    bcast_ah: Arc<AddressHandle>,
+    /// The address handle broadcasts are sent through; on InfiniBand only once joined.
+    #[pin]
+    bcast_ah: SpinLockBh<Option<Arc<AddressHandle>>>,
     /// The IP-level join RoCE needs for the broadcast group to reach the queue pair (none
-    /// while the partition is missing).
+    /// while the partition is missing, and on InfiniBand).
     _bcast_member: Option<Ipv6McMembership>,
     /// When the broadcast group was joined (ms, monotonic), for debugfs.
-    bcast_joined_ms: i64,
+    bcast_joined_ms: core::sync::atomic::AtomicI64,
+    /// The SA (InfiniBand); `None` on RoCE.
+    sa: Option<SaJoiner>,
     /// The groups of the multicast list.
     #[pin]
     groups: McastGroups,
+    /// The broadcast and send-only groups asked of the SA (InfiniBand).
+    #[pin]
+    sa_groups: Mutex<SaGroups>,
+    counters: Arc<Counters>,
 }
 
 impl Multicast {
-    /// Joins the broadcast group of `broadcast` on `port` of `device` with `qp` if `join`
-    /// (the partition exists), and makes its address handle in `pd` for paths of `mtu`.
+    /// The multicast state of an interface whose broadcast address is `broadcast`, joined
+    /// through `sa` on InfiniBand. On RoCE the broadcast group is joined here with `qp` on
+    /// `port` of `device` if `join` (the partition exists), and its address handle made in
+    /// `pd` for paths of `mtu`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         device: &Device,
         port: u32,
@@ -217,25 +313,44 @@ impl Multicast {
         broadcast: &HwAddr,
         mtu: Mtu,
         join: bool,
+        sa: Option<SaJoiner>,
+        counters: Arc<Counters>,
     ) -> Result<impl PinInit<Self>> {
         let mgid = broadcast.gid();
-        let member = if join {
-            Some(Self::join_broadcast(device, port, qp, &mgid)?)
+        let (member, bcast_ah) = if sa.is_some() {
+            (None, None)
         } else {
-            None
+            let member = if join {
+                Some(Self::join_broadcast(device, port, qp, &mgid)?)
+            } else {
+                None
+            };
+            // RoCE has no SA to answer a join with the group's record: it is made locally,
+            // as the RDMA CM does, and gives the route (the group's Ethernet address, one
+            // hop).
+            let port_gid = GidAttr::get(device, port, GID_INDEX)?;
+            let record =
+                McMemberRecord::roce(&rdma_gid(&mgid), &port_gid, wire::DEFAULT_QKEY, mtu, 1);
+            let ah = AddressHandle::new(pd, &AhAttr::from_mcmember(device, port, &record)?)?;
+            (member, Some(ah))
         };
-        // RoCE has no SA to answer a join with the group's record: it is made locally, as
-        // the RDMA CM does, and gives the route (the group's Ethernet address, one hop).
-        let port_gid = GidAttr::get(device, port, GID_INDEX)?;
-        let record = McMemberRecord::roce(&rdma_gid(&mgid), &port_gid, wire::DEFAULT_QKEY, mtu, 1);
-        let bcast_ah = AddressHandle::new(pd, &AhAttr::from_mcmember(device, port, &record)?)?;
         let groups = McastGroups::new()?;
         Ok(pin_init!(Self {
             broadcast: mgid,
-            bcast_ah,
+            bcast_ah <- new_spinlock_bh!(bcast_ah, "Multicast::bcast_ah"),
             _bcast_member: member,
-            bcast_joined_ms: now_ms(),
+            bcast_joined_ms: core::sync::atomic::AtomicI64::new(now_ms()),
+            sa,
             groups <- groups,
+            sa_groups <- new_mutex!(
+                SaGroups {
+                    broadcast: None,
+                    send_only: KVec::new(),
+                    requested: KVec::new(),
+                },
+                "Multicast::sa_groups"
+            ),
+            counters,
         }))
     }
 
@@ -259,12 +374,19 @@ impl Multicast {
 
     /// Detaches `qp` from the broadcast group (the interface goes away).
     pub(crate) fn detach_broadcast(&self, qp: &QueuePair) {
-        let _ = qp.detach_mcast(&rdma_gid(&self.broadcast), 0);
+        if self.sa.is_none() {
+            let _ = qp.detach_mcast(&rdma_gid(&self.broadcast), 0);
+        }
     }
 
-    /// The address handle of the broadcast group.
-    pub(crate) fn broadcast_ah(&self) -> &Arc<AddressHandle> {
-        &self.bcast_ah
+    /// The address handle of the broadcast group, once there is one.
+    pub(crate) fn broadcast_ah(&self) -> Option<Arc<AddressHandle>> {
+        self.bcast_ah.lock().clone()
+    }
+
+    /// Whether broadcasts can be sent: on InfiniBand once the group is joined.
+    pub(crate) fn broadcast_ready(&self) -> bool {
+        self.bcast_ah.lock().is_some()
     }
 
     /// Takes the multicast list of `dev` in (atomic context): its groups are joined and left
@@ -314,9 +436,255 @@ impl Multicast {
         self.groups.close();
     }
 
+    /// Whether joins happen (the interface is up).
+    fn is_open(&self) -> bool {
+        self.groups.wanted.lock().open
+    }
+
+    /// Asks for the handle of group `mgid`, sent to by a held packet (InfiniBand, from the
+    /// resolve work item): the multicast work item joins it as a send-only member unless
+    /// it is joined already. Returns whether the work item must run.
+    pub(crate) fn request_send(&self, mgid: &Gid) -> bool {
+        let mut sa = self.sa_groups.lock();
+        if sa.requested.contains(mgid) {
+            return false;
+        }
+        sa.requested.push(*mgid, GFP_KERNEL).is_ok()
+    }
+
     /// Joins and leaves groups with `qp` on `port` of `device` as the multicast list asks
-    /// (process context).
-    pub(crate) fn sync(&self, device: &Device, port: u32, qp: &QueuePair) {
+    /// (process context); on InfiniBand also takes the SA's answers in, making handles in
+    /// `pd`, with `owner` hearing of answers to come. Tells the interface what changed.
+    pub(crate) fn sync(
+        &self,
+        device: &Device,
+        port: u32,
+        qp: &QueuePair,
+        pd: &Arc<ProtectionDomain>,
+        owner: &Arc<dyn SaOwner>,
+    ) -> SyncReport {
+        match &self.sa {
+            Some(sa) => self.sync_sa(sa, device, port, qp, pd, owner),
+            None => {
+                self.sync_roce(device, port, qp);
+                SyncReport::default()
+            }
+        }
+    }
+
+    /// [`Multicast::sync`] on InfiniBand.
+    fn sync_sa(
+        &self,
+        sa: &SaJoiner,
+        device: &Device,
+        port: u32,
+        qp: &QueuePair,
+        pd: &Arc<ProtectionDomain>,
+        owner: &Arc<dyn SaOwner>,
+    ) -> SyncReport {
+        let mut report = SyncReport::default();
+        let now = now_ms();
+        let name = device.name();
+        let mut groups = self.sa_groups.lock();
+        if !self.is_open() {
+            return report;
+        }
+        // The broadcast group first: the others are created with its parameters.
+        if groups.broadcast.is_none() {
+            match SaGroup::new(self.broadcast, false, owner) {
+                Ok(g) => groups.broadcast = Some(g),
+                Err(_) => return report,
+            }
+        }
+        let Some(bcast) = groups.broadcast.as_mut() else {
+            return report;
+        };
+        let _ = bcast.ask(&sa.sa, &sa.record(&self.broadcast, JoinState::FullMember), now);
+        match bcast.take_answer(qp, now) {
+            Progress::Joined(rec) => {
+                match AhAttr::from_mcmember(device, port, &rec)
+                    .and_then(|attr| AddressHandle::new(pd, &attr))
+                {
+                    Ok(ah) => {
+                        *self.bcast_ah.lock() = Some(ah);
+                        self.bcast_joined_ms
+                            .store(now, core::sync::atomic::Ordering::Relaxed);
+                        report.broadcast = Some(rec);
+                        pr_info!(
+                            "{} port {}: joined broadcast group {} (MLID 0x{:04x}, Q_Key 0x{:x}, MTU {})\n",
+                            name,
+                            port,
+                            GidText(&self.broadcast.0),
+                            rec.mlid(),
+                            rec.qkey(),
+                            rec.mtu().map_or(0, |m| m.bytes())
+                        );
+                    }
+                    Err(e) => {
+                        pr_warn!("{name} port {port}: no handle for the broadcast group ({e:?})\n");
+                        bcast.leave(qp);
+                    }
+                }
+            }
+            Progress::Failed(e) => {
+                bump(&self.counters.mcast_join_failures, 1);
+                *self.bcast_ah.lock() = None;
+                pr_info!("{name} port {port}: broadcast group join failed ({e:?}); retried\n");
+            }
+            Progress::Unchanged => {}
+        }
+        report.retry(bcast.retry_at());
+        let Some(params) = bcast.record().copied() else {
+            // The other groups wait for the broadcast group.
+            return report;
+        };
+        drop(groups);
+        self.sync_list(sa, qp, &params, owner, now, &mut report);
+        self.sync_send_only(sa, device, port, qp, pd, &params, owner, now, &mut report);
+        report
+    }
+
+    /// Joins and leaves the groups of the list through the SA, with the broadcast group's
+    /// parameters `params`.
+    fn sync_list(
+        &self,
+        sa: &SaJoiner,
+        qp: &QueuePair,
+        params: &McMemberRecord,
+        owner: &Arc<dyn SaOwner>,
+        now: i64,
+        report: &mut SyncReport,
+    ) {
+        self.groups.sync(
+            |mgid| {
+                let g = SaGroup::new(*mgid, false, owner)?;
+                Ok(Joined::new(*mgid, Membership::Sa(g)))
+            },
+            |mut j| {
+                if let Membership::Sa(g) = &mut j.member {
+                    g.leave(qp);
+                }
+            },
+        );
+        self.groups.for_each_sa(|g| {
+            let rec = sa
+                .record(g.mgid(), JoinState::FullMember)
+                .with_group_params(params);
+            let _ = g.ask(&sa.sa, &rec, now);
+            match g.take_answer(qp, now) {
+                Progress::Joined(_) => crate::params::ipoib_dbg_mcast!(
+                    "port {}: joined multicast group {}\n",
+                    sa.sa.port,
+                    GidText(&g.mgid().0)
+                ),
+                Progress::Failed(e) => {
+                    bump(&self.counters.mcast_join_failures, 1);
+                    crate::params::ipoib_dbg_mcast!(
+                        "port {}: join of multicast group {} failed ({:?})\n",
+                        sa.sa.port,
+                        GidText(&g.mgid().0),
+                        e
+                    );
+                }
+                Progress::Unchanged => {}
+            }
+            report.retry(g.retry_at());
+        });
+    }
+
+    /// Gives the paths handles for the groups they asked for: a group of the list already
+    /// joined lends its record; others are joined as send-only members (C: send-only
+    /// joins), with the broadcast group's parameters `params`.
+    #[allow(clippy::too_many_arguments)]
+    fn sync_send_only(
+        &self,
+        sa: &SaJoiner,
+        device: &Device,
+        port: u32,
+        qp: &QueuePair,
+        pd: &Arc<ProtectionDomain>,
+        params: &McMemberRecord,
+        owner: &Arc<dyn SaOwner>,
+        now: i64,
+        report: &mut SyncReport,
+    ) {
+        let requested = core::mem::take(&mut self.sa_groups.lock().requested);
+        let handle = |rec: &McMemberRecord| {
+            AhAttr::from_mcmember(device, port, rec).and_then(|attr| AddressHandle::new(pd, &attr))
+        };
+        for mgid in requested.iter() {
+            let mut joined = None;
+            self.groups.for_each_sa(|g| {
+                if g.mgid() == mgid {
+                    joined = g.record().copied();
+                }
+            });
+            if let Some(rec) = joined {
+                match handle(&rec) {
+                    Ok(ah) => {
+                        let _ = report.handles.push((*mgid, ah), GFP_KERNEL);
+                    }
+                    Err(_) => {
+                        let _ = report.unreachable.push(*mgid, GFP_KERNEL);
+                    }
+                }
+                continue;
+            }
+            let mut groups = self.sa_groups.lock();
+            let slots = &mut groups.send_only;
+            if slots.iter().flatten().any(|g| g.mgid() == mgid) {
+                continue;
+            }
+            if !slots.iter().any(Option::is_none) && slots.len() < MAX_SEND_ONLY {
+                let _ = slots.push(None, GFP_KERNEL);
+            }
+            let added = match (slots.iter_mut().find(|s| s.is_none()), SaGroup::new(*mgid, true, owner)) {
+                (Some(slot), Ok(g)) => {
+                    *slot = Some(g);
+                    true
+                }
+                _ => false,
+            };
+            if !added {
+                let _ = report.unreachable.push(*mgid, GFP_KERNEL);
+            }
+        }
+        let mut groups = self.sa_groups.lock();
+        for slot in groups.send_only.iter_mut() {
+            let Some(g) = slot.as_mut() else {
+                continue;
+            };
+            let rec = sa
+                .record(g.mgid(), JoinState::SendOnlyFullMember)
+                .with_group_params(params);
+            let asked = g.ask(&sa.sa, &rec, now);
+            let progress = match asked {
+                Ok(()) => g.take_answer(qp, now),
+                Err(e) => Progress::Failed(e),
+            };
+            match progress {
+                Progress::Joined(rec) => match handle(&rec) {
+                    Ok(ah) => {
+                        let _ = report.handles.push((*g.mgid(), ah), GFP_KERNEL);
+                    }
+                    Err(_) => {
+                        let _ = report.unreachable.push(*g.mgid(), GFP_KERNEL);
+                    }
+                },
+                Progress::Failed(_) => {
+                    // Its packets go; a later packet asks again (as in C).
+                    bump(&self.counters.mcast_join_failures, 1);
+                    g.leave(qp);
+                    let _ = report.unreachable.push(*g.mgid(), GFP_KERNEL);
+                    *slot = None;
+                }
+                Progress::Unchanged => {}
+            }
+        }
+    }
+
+    /// [`Multicast::sync`] on RoCE.
+    fn sync_roce(&self, device: &Device, port: u32, qp: &QueuePair) {
         let ndev = match device.netdev(port) {
             Ok(ndev) => ndev,
             Err(e) => {
@@ -340,7 +708,7 @@ impl Multicast {
                             port,
                             GidText(&mgid.0)
                         );
-                        Ok(Joined::new(*mgid, member))
+                        Ok(Joined::new(*mgid, Membership::Ip { _member: member }))
                     }
                     Err(e) => {
                         let _ = qp.detach_mcast(&rdma_gid(mgid), 0);
@@ -348,13 +716,13 @@ impl Multicast {
                     }
                 }
             },
-            |mgid| {
-                let _ = qp.detach_mcast(&rdma_gid(mgid), 0);
+            |j| {
+                let _ = qp.detach_mcast(&rdma_gid(&j.mgid), 0);
                 crate::params::ipoib_dbg_mcast!(
                     "{} port {}: left multicast group {}\n",
                     device.name(),
                     port,
-                    GidText(&mgid.0)
+                    GidText(&j.mgid.0)
                 );
             },
         );
@@ -368,17 +736,47 @@ impl Multicast {
         }
     }
 
-    /// Detaches `qp` from every group of the list and forgets them (the interface goes
-    /// down).
-    pub(crate) fn leave_all(&self, qp: &QueuePair) {
-        self.groups.leave_all(|mgid| {
-            let _ = qp.detach_mcast(&rdma_gid(mgid), 0);
-        });
+    /// Leaves every group of the list, and on InfiniBand the broadcast and send-only
+    /// groups too, detaching `qp` (process context). `forget`: the list is forgotten too
+    /// (the interface goes down); else it is joined again by the next run of the work item
+    /// (the fabric changed).
+    pub(crate) fn leave_all(&self, qp: &QueuePair, forget: bool) {
+        self.groups.leave_all(
+            |mut j| match &mut j.member {
+                Membership::Sa(g) => g.leave(qp),
+                Membership::Ip { .. } => {
+                    let _ = qp.detach_mcast(&rdma_gid(&j.mgid), 0);
+                }
+            },
+            forget,
+        );
+        if self.sa.is_none() {
+            return;
+        }
+        *self.bcast_ah.lock() = None;
+        let taken = {
+            let mut groups = self.sa_groups.lock();
+            groups.requested = KVec::new();
+            (groups.broadcast.take(), core::mem::take(&mut groups.send_only))
+        };
+        let (bcast, send_only) = taken;
+        if let Some(mut g) = bcast {
+            g.leave(qp);
+        }
+        for mut g in send_only.into_iter().flatten() {
+            g.leave(qp);
+        }
     }
 
     /// The groups joined, for debugfs (`<if>_mcg`): the broadcast group, then the others.
     pub(crate) fn show_joined(&self, out: &mut dyn Write) -> fmt::Result {
-        let mut result = write_group(out, &self.broadcast.0, self.bcast_joined_ms, false);
+        let mut result = Ok(());
+        if self.broadcast_ready() {
+            let joined = self
+                .bcast_joined_ms
+                .load(core::sync::atomic::Ordering::Relaxed);
+            result = write_group(out, &self.broadcast.0, joined, false);
+        }
         self.groups.for_each_joined(|mgid, joined_ms| {
             if result.is_ok() {
                 result = write_group(out, &mgid.0, joined_ms, false);

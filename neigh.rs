@@ -26,10 +26,19 @@ const RETIRED_MAX: usize = 2 * MAX_NEIGHBOURS;
 /// Handles dropped per [`Neighbours::take_reapable`] call.
 const REAP_BATCH: usize = 16;
 
-/// One destination: its handle and when a packet last used it (ms, monotonic).
+/// One destination: its handle, when a packet last used it (ms, monotonic), and on
+/// InfiniBand the LID and service level of its path.
 pub(crate) struct Neighbour {
     ah: Arc<AddressHandle>,
     used: i64,
+    route: Option<Route>,
+}
+
+/// Where a path record sends a destination's packets (InfiniBand), for debugfs.
+#[derive(Clone, Copy)]
+pub(crate) struct Route {
+    pub(crate) dlid: u16,
+    pub(crate) sl: u8,
 }
 
 /// A table entry made outside the lock, for [`Neighbours::insert`].
@@ -56,9 +65,23 @@ impl Neighbours {
         })
     }
 
-    /// A table entry for `gid` (process context, before taking the lock).
-    pub(crate) fn node(gid: [u8; 16], ah: Arc<AddressHandle>, now: i64) -> Result<NeighbourNode> {
-        RBTreeNode::new(gid, Neighbour { ah, used: now }, GFP_KERNEL)
+    /// A table entry for `gid`, reached through `ah` on `route` (process context, before
+    /// taking the lock).
+    pub(crate) fn node(
+        gid: [u8; 16],
+        ah: Arc<AddressHandle>,
+        route: Option<Route>,
+        now: i64,
+    ) -> Result<NeighbourNode> {
+        RBTreeNode::new(
+            gid,
+            Neighbour {
+                ah,
+                used: now,
+                route,
+            },
+            GFP_KERNEL,
+        )
     }
 
     /// The handle for `gid`, if one was made; `now` marks the entry used. Sends through it
@@ -69,10 +92,10 @@ impl Neighbours {
         Some(&n.ah)
     }
 
-    /// Calls `f` with each destination and when a packet last used it.
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&[u8; 16], i64)) {
+    /// Calls `f` with each destination, when a packet last used it, and its route.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&[u8; 16], i64, Option<Route>)) {
         for (gid, entry) in self.entries.iter() {
-            f(gid, entry.used);
+            f(gid, entry.used, entry.route);
         }
     }
 

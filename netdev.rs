@@ -127,19 +127,19 @@ impl Operations for IpoibNetdev {
     }
 
     fn open(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result {
-        Interface::start(iface)?;
+        // A new device starts with its carrier on. Off first: on InfiniBand the multicast
+        // work item turns it on once the broadcast group is joined, maybe before `start`
+        // returns.
+        dev.carrier_off();
+        Interface::start(iface, dev)?;
         if iface.carrier_ready() {
             dev.carrier_on();
-        } else {
-            // A new device starts with its carrier on.
-            dev.carrier_off();
-            if !iface.has_partition() {
-                pr_info!(
-                    "{}: P_Key 0x{:04x} is not in the port's P_Key table: no carrier\n",
-                    dev.name(),
-                    iface.pkey()
-                );
-            }
+        } else if !iface.has_partition() {
+            pr_info!(
+                "{}: P_Key 0x{:04x} is not in the port's P_Key table: no carrier\n",
+                dev.name(),
+                iface.pkey()
+            );
         }
         dev.start_queue();
         Ok(())

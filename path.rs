@@ -4,17 +4,20 @@
 //! the path record connections to it are requested over, and the packets that wait while
 //! that happens (the C driver's `ipoib_path` and its queue).
 //!
-//! All resolution goes through [`PathResolver`]. On RoCE, the only kind of port so far, a
-//! destination's route follows from its GID alone (as the RDMA CM derives it), so a handle
-//! is made at once in process context. An InfiniBand port will ask the subnet
-//! administrator for a path record here instead; the held packets wait for it the same way.
+//! All resolution goes through [`PathResolver`]. On InfiniBand the subnet administrator
+//! answers a path record query per destination (asynchronously: the held packets wait,
+//! and go when the handle is made from the answer, or are dropped if the query failed).
+//! On RoCE a destination's route follows from its GID alone (as the RDMA CM derives it), so
+//! a handle is made at once in process context. Multicast groups on InfiniBand are sent to
+//! through the handle of their membership, which the interface's multicast part makes.
 //! [`Paths`] keeps the handles made per destination (the table is `neigh.rs`'s) and sends
 //! datagrams through them.
 
 use crate::{
     debugfs::{write_group, GidText},
+    fabric::{Answer, Answered, PathLookup, SaOwner, SaPort},
     ipoib_ud::UdDatapath,
-    neigh::{self, Neighbours},
+    neigh::{self, Neighbours, Route},
     stats::{bump, now_ms, Counters},
     wire::{self, Gid, HwAddr, HWADDR_LEN},
 };
@@ -24,7 +27,7 @@ use core::{
 };
 use kernel::{
     net::{dev::NetDevice, skb::SkBuff},
-    new_spinlock_bh,
+    new_mutex, new_spinlock_bh,
     prelude::*,
     rdma::{
         ah::{AddressHandle, AhAttr},
@@ -32,7 +35,7 @@ use kernel::{
         device::{self, Device, Mtu},
         pd::ProtectionDomain,
     },
-    sync::{Arc, SpinLockBh},
+    sync::{Arc, Mutex, SpinLockBh},
 };
 
 /// The GID table entry our addresses and paths start from, as in the C driver.
@@ -40,22 +43,38 @@ pub(crate) const GID_INDEX: u32 = 0;
 /// Packets held while their destinations are resolved.
 const HELD_MAX: usize = 64;
 
-/// Resolves the destinations of one port.
-#[derive(Clone, Copy)]
+/// Resolves the destinations of one interface.
+#[derive(Clone)]
 pub(crate) struct PathResolver {
     port: u32,
+    /// The subnet administrator to ask (InfiniBand); `None` on RoCE.
+    sa: Option<Arc<SaPort>>,
+    /// Our GID and partition: paths start there.
+    sgid: Gid,
+    pkey: u16,
 }
 
 impl PathResolver {
-    /// The resolver of `port` (a RoCE port).
-    pub(crate) fn new(port: u32) -> Self {
-        Self { port }
+    /// The resolver of an interface on `port` with GID `sgid` in partition `pkey`, asking
+    /// `sa` (an InfiniBand port) or deriving routes from GIDs (RoCE, without).
+    pub(crate) fn new(port: u32, sa: Option<Arc<SaPort>>, sgid: Gid, pkey: u16) -> Self {
+        Self {
+            port,
+            sa,
+            sgid,
+            pkey,
+        }
     }
 
-    /// The address handle for datagrams to `gid`, in `pd` (process context: providers such
-    /// as rxe may not make one in softirq context). Multicast stays on the link; a unicast
-    /// MAC is resolved as the handle is made.
-    pub(crate) fn address_handle(
+    /// Whether paths come from a subnet administrator (an InfiniBand port).
+    pub(crate) fn has_sa(&self) -> bool {
+        self.sa.is_some()
+    }
+
+    /// The address handle for datagrams to `gid` on RoCE, in `pd` (process context:
+    /// providers such as rxe may not make one in softirq context). Multicast stays on the
+    /// link; a unicast MAC is resolved as the handle is made.
+    fn roce_address_handle(
         &self,
         pd: &Arc<ProtectionDomain>,
         gid: &Gid,
@@ -69,8 +88,8 @@ impl PathResolver {
         AddressHandle::new(pd, &attr)
     }
 
-    /// The path a connection to `dest` is requested over, with `mtu`, and the local GID
-    /// entry it starts from (process context).
+    /// The path a connection to `dest` is requested over, and the local GID entry it starts
+    /// from (process context): the SA's on InfiniBand (waited for), with `mtu` on RoCE.
     pub(crate) fn connection_path(
         &self,
         device: &Device,
@@ -78,9 +97,19 @@ impl PathResolver {
         mtu: Mtu,
     ) -> Result<(PathRecord, GidAttr)> {
         let sgid = GidAttr::get(device, self.port, GID_INDEX)?;
-        let path = PathRecord::roce_v2_link_local(&sgid.gid(), &device::Gid(dest.0), mtu)?;
+        let path = match &self.sa {
+            Some(sa) => sa.path(&self.sgid, dest, self.pkey)?,
+            None => PathRecord::roce_v2_link_local(&sgid.gid(), &device::Gid(dest.0), mtu)?,
+        };
         Ok((path, sgid))
     }
+}
+
+/// A path record query under way for a destination.
+struct PendingPath {
+    gid: Gid,
+    answer: Arc<Answer<PathRecord>>,
+    _query: PathLookup,
 }
 
 /// The destinations of an interface: their address handles (`neigh.rs`), the packets
@@ -99,6 +128,10 @@ pub(crate) struct Paths {
     held: SpinLockBh<KVec<Option<(Gid, SkBuff)>>>,
     /// How many `held` slots are used, so NAPI skips the table when none is.
     held_count: AtomicUsize,
+    /// Path queries under way (InfiniBand), at most one per held destination; only the
+    /// resolve work item and `stop` take the lock.
+    #[pin]
+    queries: Mutex<KVec<Option<PendingPath>>>,
     counters: Arc<Counters>,
 }
 
@@ -119,6 +152,7 @@ impl Paths {
             neigh <- new_spinlock_bh!(neigh, "Paths::neigh"),
             held <- new_spinlock_bh!(held, "Paths::held"),
             held_count: AtomicUsize::new(0),
+            queries <- new_mutex!(KVec::new(), "Paths::queries"),
             counters,
         }))
     }
@@ -205,66 +239,197 @@ impl Paths {
         }
     }
 
-    /// Makes the address handles the held packets wait for (the resolve work item) in `pd`
-    /// and enters them in the table, as sends through `ud` go. The packets of a destination
-    /// that gets none are dropped; `device` names the port in the log.
-    pub(crate) fn resolve(&self, device: &Device, pd: &Arc<ProtectionDomain>, ud: &UdDatapath) {
-        let mut wanted: [Option<Gid>; HELD_MAX] = [None; HELD_MAX];
-        {
-            let held = self.held.lock();
-            for (i, slot) in held.iter().enumerate() {
-                if let Some(w) = wanted.get_mut(i) {
-                    *w = slot.as_ref().map(|(gid, _)| *gid);
+    /// The destinations held packets wait for, each once.
+    fn wanted(&self) -> [Option<Gid>; HELD_MAX] {
+        let mut wanted = [None; HELD_MAX];
+        let mut n = 0;
+        let held = self.held.lock();
+        for (gid, _) in held.iter().flatten() {
+            if !wanted[..n].contains(&Some(*gid)) {
+                if let Some(w) = wanted.get_mut(n) {
+                    *w = Some(*gid);
+                    n += 1;
                 }
             }
         }
-        let port = self.resolver.port;
-        for (i, gid) in wanted.iter().enumerate() {
-            let Some(gid) = gid else { continue };
-            if wanted[..i].contains(&Some(*gid)) || self.neigh.lock().contains(&gid.0) {
+        wanted
+    }
+
+    /// Makes the address handles the held packets wait for (the resolve work item) in `pd`
+    /// and enters them in the table, as sends through `ud` go: on RoCE at once, on
+    /// InfiniBand from the path records the SA answers, whose arrival `owner` hears of.
+    /// Multicast groups on InfiniBand are passed to `multicast`, whose handles come from
+    /// their memberships ([`Paths::add_handle`]). The packets of a destination that gets
+    /// none are dropped; `device` names the port in the log.
+    pub(crate) fn resolve(
+        &self,
+        device: &Device,
+        pd: &Arc<ProtectionDomain>,
+        ud: &UdDatapath,
+        owner: &Arc<dyn SaOwner>,
+        mut multicast: impl FnMut(&Gid),
+    ) {
+        self.take_answers(device, pd, ud);
+        for gid in self.wanted().iter().flatten() {
+            if self.neigh.lock().contains(&gid.0) {
                 continue;
             }
-            let made = self
-                .resolver
-                .address_handle(pd, gid)
-                .and_then(|ah| Neighbours::node(gid.0, ah, now_ms()))
-                .map(|node| {
-                    let mut neigh = self.neigh.lock();
-                    neigh.insert(&gid.0, node, ud.sends_posted())
-                });
-            match &made {
-                Ok(None) => crate::params::ipoib_dbg!(
-                    "{} port {}: address handle made for {}\n",
-                    device.name(),
-                    port,
-                    GidText(&gid.0)
-                ),
-                Err(e) => crate::params::ipoib_dbg!(
-                    "{} port {}: no address handle for {} ({:?})\n",
-                    device.name(),
-                    port,
-                    GidText(&gid.0),
-                    e
-                ),
-                Ok(Some(_)) => {}
-            }
-            // A handle made twice is dropped here, outside the lock, never used.
-            if let Err(_) | Ok(Some(_)) = made {
-                // No route: the packets for it go.
-                let mut held = self.held.lock();
-                for slot in held.iter_mut() {
-                    if slot.as_ref().is_some_and(|(g, _)| g == gid) {
-                        *slot = None;
-                        self.held_count.fetch_sub(1, Ordering::Relaxed);
-                        bump(&self.counters.tx_errors, 1);
+            let made = match &self.resolver.sa {
+                Some(_) if gid.is_multicast() => {
+                    multicast(gid);
+                    continue;
+                }
+                Some(sa) => match self.ask(sa, gid, owner) {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        bump(&self.counters.path_failures, 1);
+                        Err(e)
                     }
+                },
+                None => self.resolver.roce_address_handle(pd, gid),
+            };
+            self.enter(device, ud, gid, made, None);
+        }
+    }
+
+    /// Starts a path query for `gid` unless one is under way.
+    fn ask(&self, sa: &SaPort, gid: &Gid, owner: &Arc<dyn SaOwner>) -> Result {
+        let mut queries = self.queries.lock();
+        if queries.iter().flatten().any(|q| q.gid == *gid) {
+            return Ok(());
+        }
+        if !queries.iter().any(Option::is_none) {
+            queries.push(None, GFP_KERNEL)?;
+        }
+        let answer = Answer::new(Some((owner.clone(), Answered::Path)))?;
+        let query = sa.query_path(&self.resolver.sgid, gid, self.resolver.pkey, answer.clone())?;
+        if let Some(slot) = queries.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(PendingPath {
+                gid: *gid,
+                answer,
+                _query: query,
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes in the answered path queries: a handle is made from each path found.
+    fn take_answers(&self, device: &Device, pd: &Arc<ProtectionDomain>, ud: &UdDatapath) {
+        loop {
+            let done = {
+                let mut queries = self.queries.lock();
+                let found = queries
+                    .iter_mut()
+                    .find(|q| q.as_ref().is_some_and(|q| q.answer.latest_ready()));
+                match found.and_then(Option::take) {
+                    Some(q) => q,
+                    None => return,
+                }
+            };
+            // The query is over; dropped here, outside the lock.
+            let PendingPath { gid, answer, .. } = done;
+            let Some(answer) = answer.take() else {
+                continue;
+            };
+            let made = answer.and_then(|path| {
+                let attr = AhAttr::from_path(device, self.resolver.port, &path, None)?;
+                let route = Route {
+                    dlid: path.dlid(),
+                    sl: path.sl(),
+                };
+                Ok((AddressHandle::new(pd, &attr)?, route))
+            });
+            match made {
+                Ok((ah, route)) => self.enter(device, ud, &gid, Ok(ah), Some(route)),
+                Err(e) => {
+                    bump(&self.counters.path_failures, 1);
+                    crate::params::ipoib_dbg!(
+                        "{} port {}: no path to {} ({:?})\n",
+                        device.name(),
+                        self.resolver.port,
+                        GidText(&gid.0),
+                        e
+                    );
+                    self.drop_held(&gid);
                 }
             }
         }
     }
 
-    /// Drops every held packet (the interface goes down).
+    /// Enters the handle `made` for `gid` (if it was made) in the table, as sends through
+    /// `ud` go; without one, the packets held for `gid` are dropped.
+    fn enter(
+        &self,
+        device: &Device,
+        ud: &UdDatapath,
+        gid: &Gid,
+        made: Result<Arc<AddressHandle>>,
+        route: Option<Route>,
+    ) {
+        let port = self.resolver.port;
+        let made = made
+            .and_then(|ah| Neighbours::node(gid.0, ah, route, now_ms()))
+            .map(|node| {
+                let mut neigh = self.neigh.lock();
+                neigh.insert(&gid.0, node, ud.sends_posted())
+            });
+        match &made {
+            Ok(None) => crate::params::ipoib_dbg!(
+                "{} port {}: address handle made for {}\n",
+                device.name(),
+                port,
+                GidText(&gid.0)
+            ),
+            Err(e) => crate::params::ipoib_dbg!(
+                "{} port {}: no address handle for {} ({:?})\n",
+                device.name(),
+                port,
+                GidText(&gid.0),
+                e
+            ),
+            Ok(Some(_)) => {}
+        }
+        // A handle made twice is dropped here, outside the lock, never used. Without a
+        // route the packets for it go.
+        if made.is_err() {
+            self.drop_held(gid);
+        }
+    }
+
+    /// Enters `ah`, the handle of a multicast group's membership, for `gid` (process
+    /// context), as sends through `ud` go.
+    pub(crate) fn add_handle(
+        &self,
+        device: &Device,
+        ud: &UdDatapath,
+        gid: &Gid,
+        ah: Arc<AddressHandle>,
+    ) {
+        self.enter(device, ud, gid, Ok(ah), None);
+    }
+
+    /// Drops the packets held for `gid`, counted as errors: it has no route.
+    pub(crate) fn drop_held(&self, gid: &Gid) {
+        let mut held = self.held.lock();
+        for slot in held.iter_mut() {
+            if slot.as_ref().is_some_and(|(g, _)| g == gid) {
+                *slot = None;
+                self.held_count.fetch_sub(1, Ordering::Relaxed);
+                bump(&self.counters.tx_errors, 1);
+            }
+        }
+    }
+
+    /// Cancels the path queries under way (the interface goes down or the fabric changed).
+    pub(crate) fn cancel_queries(&self) {
+        let queries = core::mem::take(&mut *self.queries.lock());
+        // Cancelled here, outside the lock: each waits for its callback.
+        drop(queries);
+    }
+
+    /// Drops every held packet and the queries for them (the interface goes down).
     pub(crate) fn drop_all(&self) {
+        self.cancel_queries();
         let mut held = self.held.lock();
         for slot in held.iter_mut() {
             *slot = None;
@@ -290,18 +455,20 @@ impl Paths {
     }
 
     /// The unicast destinations for debugfs (`<if>_path`), in the C driver's format: each
-    /// has an address handle (on RoCE no LID or SL applies), with its idle time.
+    /// has an address handle, with its path's LID and SL on InfiniBand (none apply on
+    /// RoCE), and its idle time.
     pub(crate) fn show_paths(&self, out: &mut dyn Write, now: i64) -> fmt::Result {
         let mut result = Ok(());
-        self.neigh.lock().for_each(|gid, used| {
-            if result.is_ok() && !Gid(*gid).is_multicast() {
-                result = write!(
-                    out,
-                    "GID: {}\n  complete: {:>6}\n  idle: {:>10} ms\n\n",
-                    GidText(gid),
-                    "yes",
-                    now - used
-                );
+        self.neigh.lock().for_each(|gid, used, route| {
+            if result.is_err() || Gid(*gid).is_multicast() {
+                return;
+            }
+            result = write!(out, "GID: {}\n  complete: {:>6}\n", GidText(gid), "yes");
+            if let (Ok(()), Some(r)) = (result, route) {
+                result = write!(out, "  DLID:     0x{:04x}\n  SL: {:>12}\n", r.dlid, r.sl);
+            }
+            if result.is_ok() {
+                result = write!(out, "  idle: {:>10} ms\n\n", now - used);
             }
         });
         result
@@ -311,7 +478,7 @@ impl Paths {
     /// last use as creation time.
     pub(crate) fn show_send_only(&self, out: &mut dyn Write) -> fmt::Result {
         let mut result = Ok(());
-        self.neigh.lock().for_each(|gid, used| {
+        self.neigh.lock().for_each(|gid, used, _| {
             if result.is_ok() && Gid(*gid).is_multicast() {
                 result = write_group(out, gid, used, true);
             }

@@ -38,6 +38,10 @@ pub(crate) struct Counters {
     /// closed then because their sends had stalled.
     pub(crate) tx_timeouts: AtomicU64,
     pub(crate) cm_tx_stalled: AtomicU64,
+    /// Path record queries that failed or whose path gave no address handle (InfiniBand).
+    pub(crate) path_failures: AtomicU64,
+    /// Multicast joins the subnet administrator refused or did not answer (InfiniBand).
+    pub(crate) mcast_join_failures: AtomicU64,
 }
 
 /// What `ethtool -S` shows: the C driver's counters first, then ours.
@@ -64,6 +68,8 @@ pub(crate) const ETHTOOL_STATS: &[&CStr] = &[
     c_str!("neighbours"),
     c_str!("tx_timeouts"),
     c_str!("cm_tx_stalled"),
+    c_str!("path_failures"),
+    c_str!("mcast_join_failures"),
 ];
 
 /// Values that are not counters of [`Counters`], for [`Counters::fill_ethtool`].
@@ -115,6 +121,8 @@ impl Counters {
             g.neighbours,
             l(&self.tx_timeouts),
             l(&self.cm_tx_stalled),
+            l(&self.path_failures),
+            l(&self.mcast_join_failures),
         ];
         for (v, a) in values.iter_mut().zip(all) {
             *v = a;

@@ -98,6 +98,7 @@ pub enum GidType {
 }
 
 /// A path between two ports (`struct sa_path_rec`), as a connection request carries it.
+#[derive(Clone, Copy)]
 #[repr(transparent)]
 pub struct PathRecord(pub(crate) bindings::sa_path_rec);
 
@@ -561,6 +562,13 @@ impl<'a> Request<'a> {
     pub fn remote_qpn(&self) -> u32 {
         // SAFETY: For a REQ the CM fills the `req_rcvd` member of the union.
         unsafe { self.ev.param.req_rcvd.remote_qpn }
+    }
+
+    /// How often the requester's queue pair retries when ours has no receive buffer (7:
+    /// forever); C IPoIB peers echo it in their reply.
+    pub fn rnr_retry_count(&self) -> u8 {
+        // SAFETY: As for `remote_qpn`; the field is a 3-bit field.
+        (unsafe { self.ev.param.req_rcvd.rnr_retry_count() } & 7) as u8
     }
 
     /// The port the request arrived on.

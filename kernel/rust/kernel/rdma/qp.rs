@@ -652,6 +652,17 @@ impl<B: RecvBuffer> QueuePair<B> {
         )
     }
 
+    /// Changes the Q_Key of a UD queue pair: datagrams carrying another one are dropped. On
+    /// InfiniBand the broadcast group's record sets it.
+    pub fn set_qkey(&self, qkey: u32) -> Result {
+        if self.qp_type != QpType::Ud {
+            return Err(EINVAL);
+        }
+        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RTS);
+        attr.qkey = qkey;
+        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_QKEY)
+    }
+
     /// Moves a new (RESET) RC queue pair to INIT on `port` and `pkey_index`, allowing local
     /// writes only: the first step of a connection, before the CM supplies RTR and RTS.
     pub fn init_rc(&self, port: u32, pkey_index: u16) -> Result {

@@ -135,6 +135,18 @@ impl PathRecord {
     pub fn mtu(&self) -> Option<Mtu> {
         Mtu::from_raw(u32::from(self.0.mtu))
     }
+
+    /// The destination LID (InfiniBand).
+    pub fn dlid(&self) -> u16 {
+        // SAFETY: Every bit pattern of the union is a valid record; InfiniBand paths use
+        // its `ib` member (OPA LIDs are not asked for).
+        u16::from_be(unsafe { self.0.__bindgen_anon_1.ib.dlid })
+    }
+
+    /// The service level.
+    pub fn sl(&self) -> u8 {
+        self.0.sl
+    }
 }
 
 /// Receives the answer of a [`PathQuery`].
