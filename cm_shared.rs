@@ -8,6 +8,7 @@
 use crate::{
     cq::CqEvents,
     ipoib_ud::send_sges,
+    partition::PartitionIndex,
     path::PathResolver,
     send_credits::SendCredits,
     srq::{self, Srq},
@@ -41,7 +42,7 @@ pub(crate) struct CmShared {
     pub(crate) device: DeviceRef,
     pub(crate) port: u32,
     /// The interface's partition in the port's P_Key table: its connections' too.
-    pub(crate) pkey_index: u16,
+    pub(crate) partition: Arc<PartitionIndex>,
     /// Our UD QPN, announced in REQs and REPs.
     pub(crate) local_qpn: u32,
     /// The path MTU of connections (the port's active MTU).
@@ -133,7 +134,7 @@ impl CmShared {
             events,
             crate::OWNER,
         )?;
-        qp.init_rc(self.port, self.pkey_index)?;
+        qp.init_rc(self.port, self.partition.get().ok_or(ENODEV)?)?;
         Ok(qp)
     }
 }

@@ -11,7 +11,8 @@
 //! On InfiniBand the subnet manager stands behind most events: a new LID, a new SM, a
 //! request to register again (an SM that restarted), a changed P_Key or GID table, a port
 //! that came back. Each may have invalidated paths and groups, so the port work item
-//! forgets the paths, re-reads the LID, leaves every group and joins again (the carrier
+//! re-reads the LID and the partition's place in the P_Key table, forgets the paths and
+//! closes the connections made over them, leaves every group and joins again (the carrier
 //! goes off until the broadcast group is joined), for the interface and its children.
 
 use crate::{
@@ -90,9 +91,12 @@ impl Interface {
         }
     }
 
-    /// After a change of the InfiniBand fabric: our LID read again, paths forgotten (the
-    /// held packets asked for again), groups left and joined again.
+    /// After a change of the InfiniBand fabric: our LID and P_Key index read again, paths
+    /// forgotten (the held packets asked for again) with the transmit connections made
+    /// over them (made again on demand, as C frees them with their paths), groups left and
+    /// joined again.
     fn flush_fabric(self: &Arc<Self>) {
+        self.refresh_partition();
         match self.device.port_attr(self.port) {
             Ok(attr) => self.ud.set_lid(attr.lid() as u16),
             Err(e) => pr_warn!(
@@ -104,6 +108,9 @@ impl Interface {
         }
         self.paths.cancel_queries();
         self.flush_neighbours();
+        if let Some(cm) = &self.cm {
+            cm.close_tx();
+        }
         if !self.is_up() {
             return;
         }

@@ -20,6 +20,7 @@ use crate::{
     ipoib_ud::{send_sges, UdConfig, UdDatapath},
     mcast::{Multicast, SaJoiner, SyncReport},
     params,
+    partition::PartitionIndex,
     path::{PathResolver, Paths, GID_INDEX},
     send_credits::SendCredits,
     stats::{bump, now_ms, Counters, Gauges},
@@ -111,9 +112,10 @@ pub(crate) struct Interface {
     sa: Option<Arc<SaPort>>,
     /// The partition, full-membership bit set.
     pkey: u16,
-    /// Its index in the port's P_Key table; `None` while the table lacks it: the
-    /// interface then exists but carries nothing (its queue pair is not made ready).
-    pkey_index: Option<u16>,
+    /// Its index in the port's P_Key table, re-read after P_Key changes; while the table
+    /// lacks it the interface exists but carries nothing (its queue pair is not made
+    /// ready). Shared with the datapath and connected mode.
+    partition: Arc<PartitionIndex>,
     role: Role<Interface>,
     #[pin]
     children: Children<Interface>,
@@ -254,6 +256,7 @@ impl Interface {
         let cm_capable = params::CM_ENABLED.get();
         // The receive CQ takes connected mode's receives too.
         let base_cqe = 2 * recv_ring + 1;
+        let partition = Arc::new(PartitionIndex::new(pkey_index), GFP_KERNEL)?;
         let nonsrq_max = if cm_capable {
             ConnectedMode::nonsrq_room(device, port, recv_ring, base_cqe)
         } else {
@@ -264,7 +267,7 @@ impl Interface {
         let broadcast = HwAddr::broadcast(pkey);
         let config = UdConfig {
             port,
-            pkey_index,
+            partition: partition.clone(),
             send_ring,
             recv_ring,
             recv_cqe: base_cqe + nonsrq_max as u32 * recv_ring,
@@ -279,7 +282,7 @@ impl Interface {
         let cm = if cm_capable {
             ConnectedMode::new(
                 device,
-                (port, pkey_index.unwrap_or(0)),
+                (port, partition.clone()),
                 qpn,
                 facts.active_mtu,
                 resolver.clone(),
@@ -333,7 +336,7 @@ impl Interface {
                 facts: *facts,
                 sa,
                 pkey,
-                pkey_index,
+                partition,
                 role,
                 children <- Children::new(maker),
                 mtu,
@@ -373,7 +376,45 @@ impl Interface {
 
     /// Whether the port's P_Key table has the interface's partition.
     pub(crate) fn has_partition(&self) -> bool {
-        self.pkey_index.is_some()
+        self.partition.get().is_some()
+    }
+
+    /// Looks the partition up in the port's P_Key table again (after a P_Key change, from
+    /// the port work item); a new place has the queue pair made ready there. Returns
+    /// whether it changed.
+    pub(crate) fn refresh_partition(&self) -> bool {
+        let index = match self.device.find_pkey(self.port, self.pkey) {
+            Ok(index) => index,
+            Err(e) => {
+                pr_warn!(
+                    "{} port {}: P_Key table not read ({:?})\n",
+                    self.device.name(),
+                    self.port,
+                    e
+                );
+                return false;
+            }
+        };
+        if !self.partition.set(index) {
+            return false;
+        }
+        match index {
+            Some(i) => pr_info!(
+                "{} port {}: P_Key 0x{:04x} now at index {}\n",
+                self.device.name(),
+                self.port,
+                self.pkey,
+                i
+            ),
+            None => pr_info!(
+                "{} port {}: P_Key 0x{:04x} no longer in the P_Key table\n",
+                self.device.name(),
+                self.port,
+                self.pkey
+            ),
+        }
+        UdDatapath::schedule_recovery(self.ud.as_arc_borrow());
+        true
     }
 
     /// Whether the interface carries traffic: its port is up, its partition there, and
@@ -496,9 +537,14 @@ impl Interface {
     /// items): the broadcast group's record sets the Q_Key and turns the carrier on.
     fn sync_multicast(self: Arc<Self>) {
         let owner: Arc<dyn SaOwner> = self.clone();
-        let report = self
-            .mcast
-            .sync(&self.device, self.port, self.ud.qp(), &self.pd, &owner);
+        let report = self.mcast.sync(
+            &self.device,
+            self.port,
+            self.ud.qp(),
+            &self.pd,
+            &owner,
+            self.has_partition(),
+        );
         let SyncReport {
             broadcast,
             handles,

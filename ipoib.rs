@@ -13,15 +13,20 @@
 
 use kernel::{
     c_str,
-    net::{dev::Registration, link::LinkKind, napi::NapiHandle},
+    net::{
+        dev::{NetDevice, Registration},
+        link::LinkKind,
+        napi::NapiHandle,
+    },
     prelude::*,
     rdma::{
-        client::{self, Client},
+        client::{self, Client, NetDevRequest},
         device::{Device, Protocol},
         event::{AsyncEvent, EventHandler, EventRegistration},
         sa::SaClient,
     },
     sync::Arc,
+    types::ARef,
 };
 
 mod child;
@@ -40,6 +45,7 @@ mod mcast;
 mod neigh;
 mod netdev;
 mod params;
+mod partition;
 mod path;
 mod rx;
 mod sa_group;
@@ -139,6 +145,42 @@ impl Drop for Ports {
     }
 }
 
+/// How many interfaces match a connection request.
+enum Found {
+    None,
+    One(ARef<NetDevice>),
+    Several,
+}
+
+impl Ports {
+    /// The interfaces (children included) that a connection request is for: on its port,
+    /// in its partition (either membership), at its GID if it names one, owning `addr` if
+    /// given.
+    fn find(&self, request: &NetDevRequest<'_>, addr: Option<&kernel::net::dev::SockAddr>) -> Found {
+        let mut found = Found::None;
+        let mut consider = |interface: &Interface, dev: &NetDevice| {
+            let pkey_matches = (interface.pkey() ^ request.pkey) & !wire::PKEY_FULL_MEMBER == 0;
+            let gid_matches = request
+                .gid
+                .map_or(true, |gid| gid.0 == interface.local.gid().0);
+            if !pkey_matches || !gid_matches || addr.is_some_and(|a| !dev.has_address(a)) {
+                return;
+            }
+            found = match found {
+                Found::None => Found::One(dev.into()),
+                _ => Found::Several,
+            };
+        };
+        for p in self.entries.iter().filter(|p| p.port == request.port) {
+            consider(&p.interface, p.netdev.device());
+            p.interface
+                .children()
+                .for_each(|c| consider(c.interface(), c.device()));
+        }
+        found
+    }
+}
+
 /// What the driver holds for one RDMA device. The event registration goes first, so no
 /// event arrives for interfaces being removed.
 struct IpoibDevice {
@@ -203,6 +245,33 @@ impl Client for IpoibClient {
         let ports = Arc::new(Ports { entries }, GFP_KERNEL)?;
         let events = KBox::pin_init(EventRegistration::new(device, ports), GFP_KERNEL)?;
         Ok(KBox::new(IpoibDevice { events }, GFP_KERNEL)?)
+    }
+
+    fn net_device(
+        _ctx: &ClientContext,
+        device: &Device,
+        data: &IpoibDevice,
+        request: &NetDevRequest<'_>,
+    ) -> Option<ARef<NetDevice>> {
+        if device.protocol(request.port).ok()? != Protocol::InfiniBand {
+            return None;
+        }
+        let ports = data.events.handler();
+        // The partition and GID alone first; if several interfaces share them (children
+        // of one P_Key), the one with the IP address.
+        let found = ports.find(request, None);
+        match (found, request.addr) {
+            (Found::One(dev), _) => Some(dev),
+            (Found::Several, Some(addr)) => match ports.find(request, Some(addr)) {
+                Found::One(dev) => Some(dev),
+                Found::Several => {
+                    pr_warn!("{}: duplicate IP address on IPoIB interfaces\n", device.name());
+                    None
+                }
+                Found::None => None,
+            },
+            _ => None,
+        }
     }
 
     fn remove(_ctx: &ClientContext, device: &Device, data: KBox<IpoibDevice>) {

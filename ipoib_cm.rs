@@ -20,6 +20,7 @@ use crate::{
     cm_shared::{CmOwner, CmShared},
     cm_tx::{TxConnection, TxPhase},
     params,
+    partition::PartitionIndex,
     path::PathResolver,
     send_credits::SendCredits,
     srq,
@@ -101,7 +102,7 @@ impl ConnectedMode {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         device: &Device,
-        (port, pkey_index): (u32, u16),
+        (port, partition): (u32, Arc<PartitionIndex>),
         local_qpn: u32,
         path_mtu: Mtu,
         resolver: PathResolver,
@@ -120,7 +121,7 @@ impl ConnectedMode {
         let shared = CmShared {
             device: device.get_ref()?,
             port,
-            pkey_index,
+            partition,
             local_qpn,
             path_mtu,
             resolver,

@@ -11,6 +11,7 @@
 
 use crate::{
     cq::CqEvents,
+    partition::PartitionIndex,
     rx,
     send_credits::SendCredits,
     stats::{bump, Counters},
@@ -52,9 +53,9 @@ pub(crate) fn send_sges(device: &Device) -> u32 {
 /// What a datapath is made with, besides its device and the interface's shared parts.
 pub(crate) struct UdConfig {
     pub(crate) port: u32,
-    /// The partition's index in the port's P_Key table; `None` while the table lacks it:
-    /// the queue pair is then not made ready and no buffer posted.
-    pub(crate) pkey_index: Option<u16>,
+    /// The partition's index in the port's P_Key table, shared with the interface; while
+    /// the table lacks it the queue pair is not made ready and no buffer posted.
+    pub(crate) partition: Arc<PartitionIndex>,
     /// Sends in flight at most, and receive buffers kept posted.
     pub(crate) send_ring: u32,
     pub(crate) recv_ring: u32,
@@ -74,7 +75,10 @@ pub(crate) struct UdDatapath {
     /// Keeps the device registered while the queue pair exists.
     device: DeviceRef,
     port: u32,
-    pkey_index: Option<u16>,
+    partition: Arc<PartitionIndex>,
+    /// The P_Key index the queue pair was made ready with, if it was (the recovery work
+    /// item changes it).
+    readied: PartitionIndex,
     /// Largest payload of a datagram: the port's, or on InfiniBand the broadcast group's
     /// if smaller.
     mtu: AtomicU32,
@@ -118,7 +122,7 @@ impl UdDatapath {
     ) -> Result<Arc<Self>> {
         let UdConfig {
             port,
-            pkey_index,
+            partition,
             send_ring,
             recv_ring,
             recv_cqe,
@@ -145,7 +149,8 @@ impl UdDatapath {
             caps,
             crate::OWNER,
         )?;
-        if let Some(index) = pkey_index {
+        let index = partition.get();
+        if let Some(index) = index {
             qp.ready(port, index, wire::DEFAULT_QKEY)?;
             for _ in 0..recv_ring {
                 qp.post_recv(Self::recv_buffer(device)?)
@@ -157,7 +162,8 @@ impl UdDatapath {
             pin_init!(Self {
                 device,
                 port,
-                pkey_index,
+                partition,
+                readied: PartitionIndex::new(index),
                 mtu: AtomicU32::new(mtu),
                 recv_ring,
                 gid,
@@ -191,7 +197,7 @@ impl UdDatapath {
 
     /// Sets the Q_Key of our datagrams (the broadcast group's), on the queue pair too.
     pub(crate) fn set_qkey(&self, qkey: u32) -> Result {
-        if self.qkey.swap(qkey, Ordering::Relaxed) != qkey && self.pkey_index.is_some() {
+        if self.qkey.swap(qkey, Ordering::Relaxed) != qkey && self.readied.get().is_some() {
             self.qp.set_qkey(qkey)?;
         }
         Ok(())
@@ -420,12 +426,32 @@ impl UdDatapath {
 
     /// Brings the UD queue pair back to ready-to-send if it failed: from SQE by restarting
     /// its send queue, from the error state by a reset (the same QPN, so peers' neighbour
-    /// entries stay valid) and fresh receive buffers. Multicast attachments stay.
+    /// entries stay valid) and fresh receive buffers. Multicast attachments stay. Also
+    /// follows the partition's place in the P_Key table: made ready with the new index
+    /// (reset first if it was ready), or failed while the partition is missing.
     fn recover(&self) {
-        let Some(pkey_index) = self.pkey_index else {
+        let name = self.device.name();
+        let Some(pkey_index) = self.partition.get() else {
+            if self.readied.set(None) {
+                let _ = self.qp.set_error();
+                pr_info!("{name} port {}: partition gone from the P_Key table\n", self.port);
+            }
             return;
         };
-        let name = self.device.name();
+        if self.readied.get() != Some(pkey_index) {
+            match self.reset_qp(pkey_index) {
+                Ok(()) => pr_info!(
+                    "{name} port {}: UD queue pair ready at P_Key index {pkey_index}\n",
+                    self.port
+                ),
+                Err(e) => pr_err!(
+                    "{name} port {}: UD queue pair not ready at P_Key index {pkey_index} ({e:?})\n",
+                    self.port
+                ),
+            }
+            self.napi.schedule();
+            return;
+        }
         let state = match self.qp.state() {
             Ok(state) => state,
             Err(e) => {
@@ -478,8 +504,10 @@ impl UdDatapath {
                 let _ = kept.push(buf, GFP_KERNEL);
             },
         )?;
+        self.readied.set(None);
         self.qp
             .ready(self.port, pkey_index, self.qkey.load(Ordering::Relaxed))?;
+        self.readied.set(Some(pkey_index));
         // NAPI may repost a buffer it took just before the reset: count what is posted.
         let wanted = self.recv_ring as usize;
         let mut kept = kept.into_iter();

@@ -454,7 +454,8 @@ impl Multicast {
 
     /// Joins and leaves groups with `qp` on `port` of `device` as the multicast list asks
     /// (process context); on InfiniBand also takes the SA's answers in, making handles in
-    /// `pd`, with `owner` hearing of answers to come. Tells the interface what changed.
+    /// `pd`, with `owner` hearing of answers to come, if `joinable` (the partition is in
+    /// the port's table). Tells the interface what changed.
     pub(crate) fn sync(
         &self,
         device: &Device,
@@ -462,8 +463,10 @@ impl Multicast {
         qp: &QueuePair,
         pd: &Arc<ProtectionDomain>,
         owner: &Arc<dyn SaOwner>,
+        joinable: bool,
     ) -> SyncReport {
         match &self.sa {
+            Some(_) if !joinable => SyncReport::default(),
             Some(sa) => self.sync_sa(sa, device, port, qp, pd, owner),
             None => {
                 self.sync_roce(device, port, qp);

@@ -78,4 +78,11 @@ if [ $# -eq 0 ]; then
 		CONFIG_INFINIBAND_IPOIB_DEBUG=y \
 		KCFLAGS="-DCONFIG_INFINIBAND_IPOIB_CM=1 -DCONFIG_INFINIBAND_IPOIB_DEBUG=1" modules
 	cp "$cipoib/ib_ipoib.ko" "$dest/ipoib-c.ko"
+	# And without connected mode: a datagram-only peer (its addresses lack the RC flag).
+	cipoib_ud=$CACHE/ipoib-c-ud-$FLAVOUR
+	mkdir -p "$cipoib_ud"
+	rsync -a --delete "$SRC/drivers/infiniband/ulp/ipoib/" "$cipoib_ud/"
+	"${MAKE[@]}" M="$cipoib_ud" CONFIG_INFINIBAND_IPOIB=m CONFIG_INFINIBAND_IPOIB_DEBUG=y \
+		KCFLAGS="-DCONFIG_INFINIBAND_IPOIB_DEBUG=1" modules
+	cp "$cipoib_ud/ib_ipoib.ko" "$dest/ipoib-c-ud.ko"
 fi

@@ -17,7 +17,7 @@ BINARIES=(
 	/usr/bin/netperf /usr/bin/netserver /usr/bin/iperf3
 	/usr/bin/timeout /usr/bin/perf
 	/usr/sbin/opensm /usr/sbin/smpquery /usr/sbin/sminfo /usr/sbin/ibnetdiscover
-	/usr/sbin/saquery /usr/sbin/ibstat /usr/sbin/ibaddr
+	/usr/sbin/saquery /usr/sbin/ibstat /usr/sbin/ibaddr /usr/bin/rping
 )
 
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,root,var/tmp}
@@ -62,6 +62,7 @@ printf 'netperf 12865/tcp\n' >"$root/etc/services"
 cp -a "$dest/modroot/lib/modules" "$root/lib/"
 mkdir -p "$root/opt/ipoib-c" "$root/var/cache/opensm" "$root/var/log"
 cp "$dest/ipoib-c.ko" "$root/opt/ipoib-c/ib_ipoib.ko"
+cp "$dest/ipoib-c-ud.ko" "$root/opt/ipoib-c/ib_ipoib_ud.ko"
 
 # The kselftests, installed by the kernel's kselftest build from the tree the patch series
 # lays out (tools/testing/selftests/drivers/net/ipoib), with the kselftest runner.

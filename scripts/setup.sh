@@ -8,7 +8,7 @@ CARGO_FUZZ_VERSION=0.13.1
 APT_PACKAGES=(
 	linux-source-6.12 clang lld llvm libclang-dev bc flex bison libelf-dev libssl-dev
 	cpio xz-utils kmod make rsync patch qemu-system-x86 busybox-static iproute2
-	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev perftest iperf3 netperf ethtool
+	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev rdmacm-utils perftest iperf3 netperf ethtool
 	gnuplot-nox linux-perf opensm infiniband-diags
 )
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 #include <linux/icmpv6.h>
+#include <linux/inetdevice.h>
 #include <linux/netdevice.h>
 #include <linux/sched/signal.h>
 #include <linux/skbuff.h>
@@ -169,4 +170,19 @@ int rust_helper_skb_linearize(struct sk_buff *skb)
 bool rust_helper_netdev_is_registered(const struct net_device *dev)
 {
 	return dev->reg_state == NETREG_REGISTERED;
+}
+
+struct net *rust_helper_dev_net(const struct net_device *dev)
+{
+	return dev_net(dev);
+}
+
+struct in_device *rust_helper_in_dev_get(const struct net_device *dev)
+{
+	return in_dev_get(dev);
+}
+
+void rust_helper_in_dev_put(struct in_device *idev)
+{
+	in_dev_put(idev);
 }

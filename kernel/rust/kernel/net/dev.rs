@@ -135,6 +135,80 @@ impl NetDevice {
     }
 }
 
+impl NetDevice {
+    /// Whether `addr`, an IPv4 or IPv6 address, is one of this device's own (as the stack
+    /// would deliver it here); an address of another family never is. May sleep.
+    pub fn has_address(&self, addr: &SockAddr) -> bool {
+        let dev = self.as_raw();
+        // SAFETY: The device is valid (type invariant); its namespace lives as long as it.
+        let net = unsafe { bindings::dev_net(dev) };
+        match u32::from(addr.family()) {
+            bindings::AF_INET => {
+                // SAFETY: The family says the address is a `sockaddr_in` (type invariant of
+                // `SockAddr`).
+                let ip = unsafe { (*addr.as_raw().cast::<bindings::sockaddr_in>()).sin_addr.s_addr };
+                // SAFETY: The device is valid; a non-null result holds a reference.
+                let in_dev = unsafe { bindings::in_dev_get(dev) };
+                if in_dev.is_null() {
+                    return false;
+                }
+                // SAFETY: `net` and the referenced `in_dev` are valid for the call.
+                let found = unsafe {
+                    bindings::inet_confirm_addr(
+                        net,
+                        in_dev,
+                        0,
+                        ip,
+                        bindings::rt_scope_t_RT_SCOPE_HOST as _,
+                    )
+                };
+                // SAFETY: Releases the reference `in_dev_get` took.
+                unsafe { bindings::in_dev_put(in_dev) };
+                found != 0
+            }
+            bindings::AF_INET6 => {
+                // SAFETY: The family says the address is a `sockaddr_in6` (type invariant of
+                // `SockAddr`).
+                let ip = unsafe { &(*addr.as_raw().cast::<bindings::sockaddr_in6>()).sin6_addr };
+                // SAFETY: `net`, `ip` and the device are valid for the call; 1 asks for an
+                // address of this device only.
+                unsafe { bindings::ipv6_chk_addr(net, ip, dev, 1) != 0 }
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A socket address (`struct sockaddr`), borrowed from C.
+///
+/// # Invariants
+///
+/// The memory behind it is as large as its family's address structure (`sockaddr_in`,
+/// `sockaddr_in6`, ...), and valid for the lifetime of the reference.
+#[repr(transparent)]
+pub struct SockAddr(Opaque<bindings::sockaddr>);
+
+impl SockAddr {
+    /// # Safety
+    ///
+    /// `ptr` must point to a socket address valid for `'a` and as large as its family's
+    /// address structure.
+    pub unsafe fn from_raw<'a>(ptr: *const bindings::sockaddr) -> &'a Self {
+        // SAFETY: `SockAddr` is `repr(transparent)`; validity is the caller's guarantee.
+        unsafe { &*ptr.cast() }
+    }
+
+    fn as_raw(&self) -> *const bindings::sockaddr {
+        self.0.get()
+    }
+
+    /// The address family (`AF_INET`, `AF_INET6`, ...).
+    pub fn family(&self) -> u16 {
+        // SAFETY: Valid by the type invariant.
+        unsafe { (*self.as_raw()).sa_family }
+    }
+}
+
 // SAFETY: `dev_hold` and `dev_put` keep the device allocated while a reference exists,
 // whatever the state of its registration.
 unsafe impl AlwaysRefCounted for NetDevice {

@@ -4,15 +4,16 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
 
-use super::device::Device;
+use super::device::{Device, Gid};
 use crate::{
     bindings, build_error,
     error::{code::EBUSY, code::EINVAL, to_result, Result, VTABLE_DEFAULT_ERROR},
     ffi::{c_int, c_void},
+    net::dev::{NetDevice, SockAddr},
     prelude::vtable,
     str::CStr,
     sync::Arc,
-    types::{ForeignOwnable, Opaque},
+    types::{ARef, ForeignOwnable, Opaque},
 };
 use core::{
     cell::UnsafeCell,
@@ -53,6 +54,32 @@ pub trait Client: ClientVTableProvider + Sized + 'static {
     ) {
         build_error!(VTABLE_DEFAULT_ERROR)
     }
+
+    /// The client's network device that a connection request arriving on `device`, which
+    /// the client took on, is for (`get_net_dev_by_params`): how the RDMA CM finds the
+    /// interface of an IP address it listens on. `None` if none, or none alone, matches.
+    /// Optional. Runs in process context with the core's lock of the device's client data
+    /// held for reading.
+    fn net_device(
+        _ctx: &Self::Context,
+        _device: &Device,
+        _data: <Self::DeviceData as ForeignOwnable>::Borrowed<'_>,
+        _request: &NetDevRequest<'_>,
+    ) -> Option<ARef<NetDevice>> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+}
+
+/// What a connection request tells of the network device it is for.
+pub struct NetDevRequest<'a> {
+    /// The port it arrived on.
+    pub port: u32,
+    /// Its partition.
+    pub pkey: u16,
+    /// The GID it was sent to, if known.
+    pub gid: Option<Gid>,
+    /// The IP address it is for, if known.
+    pub addr: Option<&'a SockAddr>,
 }
 
 /// The `struct ib_client` of a [`Client`]: a static the RDMA core links into its client list.
@@ -90,6 +117,11 @@ impl<T: Client> ClientVTable<T> {
                 remove: Some(remove_callback::<T>),
                 rename: if T::HAS_RENAME {
                     Some(rename_callback::<T>)
+                } else {
+                    None
+                },
+                get_net_dev_by_params: if T::HAS_NET_DEVICE {
+                    Some(net_device_callback::<T>)
                 } else {
                     None
                 },
@@ -206,6 +238,46 @@ unsafe extern "C" fn rename_callback<T: Client>(raw: *mut bindings::ib_device, d
     // SAFETY: The core calls us only while the client is registered.
     if let Some(ctx) = unsafe { T::vtable().context() } {
         T::rename(ctx, device, data);
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a device whose `add` succeeded, with the data that
+/// [`add_callback`] stored, before [`remove_callback`] for it; `gid` and `addr` are null
+/// or valid for the call, `addr` as large as its family's address structure.
+unsafe extern "C" fn net_device_callback<T: Client>(
+    raw: *mut bindings::ib_device,
+    port: u32,
+    pkey: u16,
+    gid: *const bindings::ib_gid,
+    addr: *const bindings::sockaddr,
+    data: *mut c_void,
+) -> *mut bindings::net_device {
+    if data.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: The core passes a registered device that stays valid during the call.
+    let device = unsafe { Device::from_raw(raw) };
+    // SAFETY: `data` came from `into_foreign` in `add_callback`; the core holds its client
+    // data lock, so `remove_callback` does not release it during this call.
+    let data = unsafe { T::DeviceData::borrow(data) };
+    let request = NetDevRequest {
+        port,
+        pkey,
+        // SAFETY: Null or valid for the call (the caller's guarantee).
+        gid: (!gid.is_null()).then(|| Gid(unsafe { (*gid).raw })),
+        // SAFETY: As above, and as large as its family needs.
+        addr: (!addr.is_null()).then(|| unsafe { SockAddr::from_raw(addr) }),
+    };
+    // SAFETY: The core calls us only while the client is registered.
+    let Some(ctx) = (unsafe { T::vtable().context() }) else {
+        return core::ptr::null_mut();
+    };
+    match T::net_device(ctx, device, data, &request) {
+        // The caller releases the reference with `dev_put`.
+        Some(dev) => ARef::into_raw(dev).as_ptr().cast(),
+        None => core::ptr::null_mut(),
     }
 }
 

@@ -257,6 +257,8 @@ ktap_relay() {
 # to back, brought up by opensm on the server; the C ipoib is the control.
 IB_DEV=ibp0
 C_IPOIB=/opt/ipoib-c/ib_ipoib.ko
+# The C ipoib built without connected mode: a datagram-only peer.
+C_IPOIB_UD=/opt/ipoib-c/ib_ipoib_ud.ko
 OPENSM_PARTITIONS=/tmp/partitions.conf
 ib_port() { cat "/sys/class/infiniband/$IB_DEV/ports/1/$1" 2>/dev/null; }
 ib_port_is() { ib_port state | grep -q ": $1\$"; }
@@ -276,14 +278,15 @@ ib_fabric_topology() {
 # opensm_start: the subnet manager on this host's port, in the foreground of a background
 # job under a time limit, with the partitions of the tests: the default one and 0x8001,
 # each with an IPoIB broadcast group of MTU 1024 (code 3: Ethernet MTU 1500 gives rxe_ib a
-# 1024-byte IB MTU). Sweeps every 2 s; transactions may take 1 s under TCG.
+# 1024-byte IB MTU). Sweeps every 2 s; transactions may take 1 s under TCG. Further
+# arguments go to opensm.
 opensm_start() {
 	[ -f "$OPENSM_PARTITIONS" ] || cat >"$OPENSM_PARTITIONS" <<'PARTITIONS'
 Default=0x7fff, ipoib, mtu=3, defmember=full : ALL=full ;
 P8001=0x8001, ipoib, mtu=3 : ALL=full ;
 PARTITIONS
 	timeout 1200 opensm -g "0x$(ib_port_guid)" -P "$OPENSM_PARTITIONS" -f /tmp/opensm.log \
-		-s 2 -t 1000 --retries 7 </dev/null >/tmp/opensm.out 2>&1 3>&- 4>&- &
+		-s 2 -t 1000 --retries 7 "$@" </dev/null >/tmp/opensm.out 2>&1 3>&- 4>&- &
 	OPENSM_PID=$!
 }
 opensm_stop() {

@@ -1,57 +1,281 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Scratch: our driver against the C ipoib on the InfiniBand fabric.
+# Our driver against the upstream C ipoib on the InfiniBand fabric (rxe_ib on eth0 of both
+# hosts, opensm on the server), in both directions: first the server runs C and the client
+# ours, then the other way round. Each round: the broadcast group's MTU and carrier, ARP,
+# full-MTU and fragmented pings, the datagrams' Q_Key and P_Key on the wire; connected
+# mode at MTU 65520 with the REQ/REP each side sends checked on the wire, IPv6 neighbour
+# discovery, 60000-byte pings unfragmented, netperf; the C side back in datagram mode
+# while ours stays connected (path MTU); mode switches under a stream; children on 0x8001.
+# Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
 two_hosts_roles
-ktap_set_plan 6
+ktap_set_plan 37
 trap 'opensm_stop' EXIT
 klog_mark
-ib_fabric_topology
-both_at 7101
-[ "$role" = server ] && opensm_start
-ipoib_check "$role: port ACTIVE" wait_for 90 ib_port_is ACTIVE
+
+fabric_up() {
+	ib_fabric_topology || return 1
+	both_at 7101
+	[ "$role" = server ] && opensm_start
+	wait_for 90 ib_port_is ACTIVE && echo "LID 0x$(ib_lid), state $(ib_port state)"
+}
+ipoib_check "$role: fabric up: port ACTIVE under opensm" fabric_up
+my_lid=$((0x$(ib_lid)))
+# The other LID the SA has paths to.
+peer_lid=$(saquery PR | sed -n 's/.*dlid\.*\([0-9]*\)$/\1/p' | sort -u | grep -vx "$my_lid" | head -n 1)
+echo "# LIDs: ours $my_lid, the peer's $peer_lid"
+
+# The QPN (hex, 6 digits) of a 20-byte IPoIB hardware address.
+qpn_of() { echo "$1" | awk -F: '{ print $2 $3 $4 }'; }
+my_qpn() { qpn_of "$(cat /sys/class/net/ib0/address)"; }
+peer_qpn() { qpn_of "$(ip neigh show dev ib0 "$ib_peer" | awk '{ print $3 }')"; }
+# capture SECONDS FILE: ib_capture on eth0 in the background (CAPTURE_PID).
+capture() { ./ib_capture eth0 "$1" >"$2" 2>&1 & CAPTURE_PID=$!; sleep 1; }
+captured() { wait "$CAPTURE_PID"; cat "$1"; }
+
+round() {
+	local drv=$1 n=$2 base=$((7110 + $2 * 20))
+	local who="$role ($drv)"
+
+	klog_mark
+	load() {
+		if [ "$drv" = rust ]; then modprobe ib_ipoib; else insmod "$C_IPOIB"; fi &&
+			wait_for 10 test -d /sys/class/net/ib0
+	}
+	up() {
+		load || return 1
+		echo datagram >/sys/class/net/ib0/mode
+		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+			wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
+		echo "MTU $(cat /sys/class/net/ib0/mtu)"
+		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ] || return 1
+		[ "$drv" = c ] && return 0
+		# Ours says what the SA's broadcast group gave it.
+		klog_since | grep "joined broadcast group" &&
+			klog_since | grep -Eq "joined broadcast group ff12:401b:ffff:0:0:0:ffff:ffff \(MLID 0xc[0-9a-f]{3}, Q_Key 0xb1b, MTU 1024\)"
+	}
+	ipoib_check "$who: ib0 up, carrier once the broadcast group is joined, MTU 1020 from it" up
+	both_at $((base + 1))
+	capture 15 /tmp/cap.dg
+	arp_ping() {
+		wait_for 60 ping -c 1 -W 1 "$ib_peer" || return 1
+		ip neigh show dev ib0 "$ib_peer"
+		ip neigh show dev ib0 "$ib_peer" | grep -q "fe:80:00:00:00:00:00:00:50:54:00:ff:ff"
+	}
+	ipoib_check "$who: ARP and ping $ib_peer" arp_ping
+	ipoib_check "$who: full-MTU and fragmented pings" \
+		eval 'ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
+	# Datagrams both ways: unicast without a GRH (the SA's paths have none), broadcasts
+	# with one; every one with the group's Q_Key and the default partition.
+	dg_wire() {
+		local out
+		out=$(captured /tmp/cap.dg)
+		echo "$out"
+		echo "$out" | grep -q "^ud slid=$my_lid dlid=$peer_lid pkey=0xffff qkey=0x00000b1b grh=0 " &&
+			echo "$out" | grep -q "^ud slid=$peer_lid dlid=$my_lid pkey=0xffff qkey=0x00000b1b grh=0 " &&
+			echo "$out" | awk -v me="slid=$my_lid" '$1 == "ud" && $2 == me && $6 == "grh=1" {
+				split($3, d, "="); if (d[2] >= 49152 && $4 == "pkey=0xffff") ok = 1 } END { exit !ok }' &&
+			! echo "$out" | grep "^ud " | grep -v "pkey=0xffff qkey=0x00000b1b"
+	}
+	ipoib_check "$who: on the wire: datagrams with Q_Key 0x0b1b and P_Key 0xffff, GRH only to groups" dg_wire
+	[ "$drv" = rust ] && cat /sys/kernel/debug/ipoib/ib0_path
+
+	# Connected mode: both ping, so each side requests a connection and accepts one.
+	both_at $((base + 2))
+	cm_up() {
+		echo connected >/sys/class/net/ib0/mode && ifconfig ib0 mtu 65520 &&
+			[ "$(cat /sys/class/net/ib0/mtu)" = 65520 ]
+	}
+	ipoib_check "$who: connected mode, ifconfig ib0 mtu 65520" cm_up
+	both_at $((base + 3))
+	capture 20 /tmp/cap.cm
+	big_pings() {
+		local before after
+		wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer" || return 1
+		before=$(frag_creates)
+		ping -c 3 -W 5 -s 60000 "$ib_peer" || return 1
+		after=$(frag_creates)
+		echo "IPv4 fragments made: $before -> $after"
+		[ "$before" = "$after" ]
+	}
+	ipoib_check "$who: 60000-byte pings unfragmented over a connection" big_pings
+	# RFC 4755's private data (UD QPN, receive size 65524) and C's counts on InfiniBand:
+	# no transport or RNR retries asked, the reply's RNR count echoing the request's.
+	cm_wire() {
+		local out mine theirs
+		out=$(captured /tmp/cap.cm)
+		echo "$out"
+		mine=$(my_qpn) theirs=$(peer_qpn)
+		echo "our UD QPN 0x$mine, the peer's 0x$theirs"
+		echo "$out" | grep -q "^REQ slid=$my_lid retry=0 rnr=0 qpn=0x$mine mtu=65524 " &&
+			echo "$out" | grep -q "^REQ slid=$peer_lid retry=0 rnr=0 qpn=0x$theirs mtu=65524 " &&
+			echo "$out" | grep -q "^REP slid=$my_lid rnr=0 qpn=0x$mine mtu=65524 " &&
+			echo "$out" | grep -q "^REP slid=$peer_lid rnr=0 qpn=0x$theirs mtu=65524 " &&
+			echo "$out" | grep -q "^rc slid=$my_lid dlid=$peer_lid pkey=0xffff " &&
+			! echo "$out" | grep "^rc " | grep -v "pkey=0xffff"
+	}
+	ipoib_check "$who: on the wire: REQ and REP private data, retry counts 0, RC P_Key 0xffff" cm_wire
+	conn_shown() {
+		if [ "$drv" = rust ]; then
+			cat /sys/kernel/debug/ipoib/ib0_cm
+			grep -q "^tx peer .*$(peer_qpn | sed 's/../&:/g').* state Live .* mtu 65520 " \
+				/sys/kernel/debug/ipoib/ib0_cm &&
+				grep -q "^rx .*peer-ud-qpn 0x$(peer_qpn) state live" /sys/kernel/debug/ipoib/ib0_cm
+		else
+			cat /sys/kernel/debug/ipoib/ib0_path
+			grep -q "DLID:     0x$(printf %04x "$peer_lid")" /sys/kernel/debug/ipoib/ib0_path
+		fi
+	}
+	ipoib_check "$who: debugfs shows the connection (ours: ib0_cm; C: the path in ib0_path)" conn_shown
+	nd_ping() {
+		local peer6=2001:db8:1b::${ib_peer##*.}
+		ip -6 addr add "2001:db8:1b::${ib_local##*.}/64" dev ib0 nodad || return 1
+		wait_for 60 ping -6 -c 1 -W 2 "$peer6" || { ip -6 neigh show dev ib0; return 1; }
+		ip -6 neigh show dev ib0 "$peer6" | grep -q "fe:80:00:00:00:00:00:00:50:54:00:ff:ff"
+	}
+	ipoib_check "$who: IPv6 neighbour discovery and ping" nd_ping
+
+	# netperf: the client streams to the server and exchanges requests.
+	both_at $((base + 4))
+	if [ "$role" = server ]; then
+		netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+		both_at $((base + 5)) 300
+		ipoib_check "$who: netperf served (the client checks the figures)" \
+			eval '[ "$(ethtool -S ib0 | awk "/rx_bytes:/ { print \$2 }")" -gt 1048576 ]'
+	else
+		nonzero() {
+			local line
+			line=$(netperf_run "$ib_peer" "$1" "$2" "$3") || { echo "$line"; return 1; }
+			echo "$line"
+			echo "$line" | awk '{ exit !($(NF - 1) > 0) }'
+		}
+		ipoib_check "$who: netperf TCP_STREAM and TCP_RR to the $([ "$drv" = c ] && echo rust || echo c) server move data" \
+			eval 'nonzero TCP_STREAM "-m 65536" "ib interop $n TCP_STREAM" && nonzero TCP_RR "" "ib interop $n TCP_RR"'
+		both_at $((base + 5)) 300
+	fi
+
+	# The C side back in datagram mode: it still accepts connections, so ours, still
+	# connected, sends over its connection and gets datagrams back.
+	both_at $((base + 6))
+	if [ "$drv" = c ]; then
+		ipoib_check "$who: back to datagram mode, MTU 1020" \
+			eval 'echo datagram >/sys/class/net/ib0/mode && [ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]'
+		both_at $((base + 7))
+	else
+		both_at $((base + 7))
+		ipoib_check "$who: connected toward a peer back in datagram mode: 3000-byte pings answered" \
+			eval 'wait_for 20 ping -c 1 -W 2 -s 3000 "$ib_peer" && ping -c 3 -W 2 -s 3000 "$ib_peer"'
+	fi
+	# A datagram-only peer: the C driver built without connected mode (no RC flag in its
+	# address). Ours, connected at MTU 65520, tells the stack the path MTU.
+	both_at $((base + 13))
+	if [ "$drv" = c ]; then
+		ud_only() {
+			ip link set ib0 down && rmmod ib_ipoib && insmod "$C_IPOIB_UD" &&
+				wait_for 10 test -d /sys/class/net/ib0 || return 1
+			ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+				wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
+			cat /sys/class/net/ib0/address
+			grep -q "^00:" /sys/class/net/ib0/address
+		}
+		ipoib_check "$who: reloaded without connected mode: its address has no RC flag" ud_only
+		both_at $((base + 14))
+		both_at $((base + 15))
+		cm_back() {
+			ip link set ib0 down && rmmod ib_ipoib && insmod "$C_IPOIB" &&
+				wait_for 10 test -d /sys/class/net/ib0 || return 1
+			echo datagram >/sys/class/net/ib0/mode
+			ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+				wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP'
+		}
+		ipoib_check "$who: reloaded with connected mode" cm_back
+	else
+		both_at $((base + 14))
+		pmtu() {
+			local before after
+			ip neigh flush dev ib0
+			wait_for 60 ping -c 1 -W 1 "$ib_peer" || return 1
+			ip neigh show dev ib0 "$ib_peer"
+			before=$(frag_creates)
+			ping -c 4 -W 2 -s 3000 "$ib_peer" | grep -q "bytes from" || return 1
+			after=$(frag_creates)
+			ip route get "$ib_peer"
+			echo "IPv4 fragments made: $before -> $after"
+			[ "$after" -gt "$before" ] && ip route get "$ib_peer" | grep -q "mtu 1020"
+		}
+		ipoib_check "$who: connected toward a datagram-only peer: path MTU 1020 learnt, pings go" pmtu
+		both_at $((base + 15))
+		ipoib_check "$who: the peer back with connected mode: reachable" \
+			eval 'ip neigh flush dev ib0; ip route flush cache; wait_for 60 ping -c 1 -W 1 "$ib_peer"'
+	fi
+
+	# Mode switches under a TCP stream, on this round's client.
+	both_at $((base + 8))
+	if [ "$role" = server ]; then
+		both_at $((base + 9)) 300
+		ipoib_check "$who: still reachable after the peer's mode switches" \
+			wait_for 30 ping -c 1 -W 2 "$ib_peer"
+	else
+		switches() {
+			local log=/tmp/switch.netperf
+			timeout 60 netperf -H "$ib_peer" -t TCP_STREAM -l 12 -P 0 -- -m 16384 \
+				-o THROUGHPUT >$log 2>&1 &
+			local np=$! m
+			for m in connected datagram connected datagram; do
+				sleep 2
+				echo "$m" >/sys/class/net/ib0/mode || return 1
+			done
+			wait "$np"
+			cat "$log"
+			awk -F, 'NF == 1 && $1 + 0 > 0 { ok = 1 } END { exit !ok }' "$log"
+		}
+		ipoib_check "$who: four mode switches under a TCP stream; it finishes with data moved" switches
+		both_at $((base + 9)) 300
+	fi
+
+	# A child on 0x8001 on both sides.
+	both_at $((base + 10))
+	child() {
+		local addr=198.51.101.${ib_local##*.}
+		# A child starts in its parent's mode.
+		echo datagram >/sys/class/net/ib0/mode
+		ip link add link ib0 name ib0.8001 type ipoib pkey 0x8001 &&
+			ip addr add "$addr/24" dev ib0.8001 && ip link set ib0.8001 up &&
+			wait_for 60 eval 'ip link show ib0.8001 | grep -q LOWER_UP'
+	}
+	ipoib_check "$who: child ib0.8001 up with carrier" child
+	both_at $((base + 11))
+	capture 8 /tmp/cap.child
+	child_ping() {
+		local out
+		wait_for 60 ping -c 1 -W 1 "198.51.101.${ib_peer##*.}" || return 1
+		ping -c 2 -W 2 -s 992 "198.51.101.${ib_peer##*.}" || return 1
+		out=$(captured /tmp/cap.child)
+		echo "$out"
+		echo "$out" | grep -q "^ud slid=$my_lid .* pkey=0x8001 qkey=0x00000b1b " &&
+			echo "$out" | grep -q "^ud slid=$peer_lid .* pkey=0x8001 qkey=0x00000b1b "
+	}
+	ipoib_check "$who: the children ping each other; P_Key 0x8001 on the wire" child_ping
+
+	both_at $((base + 12))
+	pkill netserver
+	done_ok() {
+		ip link del ib0.8001 && rmmod ib_ipoib && ! test -d /sys/class/net/ib0
+	}
+	ipoib_check "$who: child deleted, driver unloaded" done_ok
+	ipoib_check "$who: kernel log clean" klog_clean_since
+}
+
 if [ "$role" = server ]; then
-	insmod "$C_IPOIB"
+	round c 1
+	round rust 2
 else
-	modprobe ib_ipoib
+	round rust 1
+	round c 2
 fi
-up() {
-	wait_for 10 test -d /sys/class/net/ib0 || return 1
-	echo datagram >/sys/class/net/ib0/mode
-	ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
-		wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP'
-	ip -d link show ib0
-	cat /sys/class/net/ib0/mtu
-}
-ipoib_check "$role: ib0 up with carrier" up
-both_at 7102
-ipoib_check "$role: ping" eval 'wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
-ip neigh show dev ib0
-cat /sys/kernel/debug/ipoib/ib0_path 2>/dev/null
-cat /sys/kernel/debug/ipoib/ib0_mcg 2>/dev/null
-ethtool -S ib0 | grep -E "fail|drop|err"
-both_at 7103
-cm_up() {
-	echo connected >/sys/class/net/ib0/mode && ifconfig ib0 mtu 65520 &&
-		[ "$(cat /sys/class/net/ib0/mtu)" = 65520 ]
-}
-ipoib_check "$role: connected mode" cm_up
-both_at 7104
-ipoib_check "$role: big pings" eval 'wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer" && ping -c 3 -W 5 -s 60000 "$ib_peer"'
-nd_ping() {
-	local peer6=2001:db8:1b::${ib_peer##*.}
-	ip -6 addr add "2001:db8:1b::${ib_local##*.}/64" dev ib0 nodad || return 1
-	wait_for 60 ping -6 -c 1 -W 2 "$peer6" || { ip -6 neigh show dev ib0; return 1; }
-}
-ipoib_check "$role: ND ping" nd_ping
-cat /sys/kernel/debug/ipoib/ib0_path 2>/dev/null
-cat /sys/kernel/debug/ipoib/ib0_mcg 2>/dev/null
-ethtool -S ib0 | grep -E "fail|drop|err|cm_"
-both_at 7105
-rmmod ib_ipoib
+both_at 7199
 opensm_stop
-ipoib_check "$role: kernel log clean" klog_clean_since
-klog_since | grep -i ipoib | tail -n 40
 ktap_finished

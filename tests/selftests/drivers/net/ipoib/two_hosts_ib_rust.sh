@@ -1,0 +1,187 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Our driver on both hosts of the InfiniBand fabric (rxe_ib on eth0, opensm on the server),
+# through what the subnet manager does to it: loaded before any SM runs (no carrier, joins
+# failing and counted), brought up when opensm starts; datagram and connected mode; an
+# rdma_cm listener on ib0's address; a path to nobody (the failed query counted); children
+# on 0x8001 and on a P_Key the SM adds later; opensm restarted (client reregister) and
+# restarted with other LIDs. Nothing is reloaded or re-created along the way. Run on both
+# hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+. "$(dirname "$0")/lib.sh"
+
+ktap_print_header
+two_hosts_roles
+ktap_set_plan 18
+trap 'opensm_stop' EXIT
+klog_mark
+
+stat_of() { ethtool_stat ib0 "$1"; }
+carrier() { ip link show "${1:-ib0}" | grep -q LOWER_UP; }
+
+# --- Before any SM: the interface exists, the broadcast join fails (counted), no carrier.
+no_sm() {
+	ib_fabric_topology || return 1
+	# A port an earlier SM brought up stays ACTIVE: the link goes down and up to start over.
+	if ! ib_port_is INIT; then
+		ip link set eth0 down && wait_for 10 ib_port_is DOWN && ip link set eth0 up &&
+			wait_for 30 ib_port_is INIT || return 1
+	fi
+	modprobe ib_ipoib && wait_for 10 test -d /sys/class/net/ib0 || return 1
+	ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up || return 1
+	sleep 5
+	ip link show ib0
+	echo "port $(ib_port state), mcast_join_failures $(stat_of mcast_join_failures)"
+	! carrier && [ "$(stat_of mcast_join_failures)" -ge 1 ] && ib_port_is INIT
+}
+ipoib_check "$role: no SM: ib0 up without carrier, broadcast joins fail and are counted" no_sm
+
+both_at 7201
+[ "$role" = server ] && opensm_start
+sm_up() {
+	wait_for 90 carrier || { ib_port state; return 1; }
+	klog_since | grep "joined broadcast group"
+	[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
+}
+ipoib_check "$role: opensm started: carrier once the broadcast group is joined, MTU 1020" sm_up
+both_at 7202
+ipoib_check "$role: ARP, ping, full-MTU and fragmented pings" \
+	eval 'wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
+
+# --- A destination the SA has no path to: the query fails, its packets are dropped.
+path_to_nobody() {
+	local before after
+	before=$(stat_of path_failures)
+	# Without the connected-mode flag: reached over UD, through a path query.
+	ip neigh replace 198.51.100.9 dev ib0 nud permanent \
+		lladdr 00:00:00:48:fe:80:00:00:00:00:00:00:00:11:22:ff:fe:33:44:55 || return 1
+	ping -c 2 -W 2 198.51.100.9 && return 1
+	after=$(stat_of path_failures)
+	echo "path_failures $before -> $after"
+	ip neigh del 198.51.100.9 dev ib0
+	[ "$after" -gt "$before" ]
+}
+ipoib_check "$role: a GID without a path: the SA's answer counted as a path failure, packets dropped" path_to_nobody
+
+# --- Connected mode.
+both_at 7203
+cm() {
+	echo connected >/sys/class/net/ib0/mode && ifconfig ib0 mtu 65520 || return 1
+	both_at 7204
+	wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer" && ping -c 3 -W 5 -s 60000 "$ib_peer" &&
+		cat /sys/kernel/debug/ipoib/ib0_cm && grep -q "state Live" /sys/kernel/debug/ipoib/ib0_cm
+}
+ipoib_check "$role: connected mode at MTU 65520: 60000-byte pings over a connection" cm
+nd_ping() {
+	local peer6=2001:db8:1b::${ib_peer##*.}
+	ip -6 addr add "2001:db8:1b::${ib_local##*.}/64" dev ib0 nodad || return 1
+	wait_for 60 ping -6 -c 1 -W 2 "$peer6"
+}
+ipoib_check "$role: IPv6 neighbour discovery and ping (send-only joins)" nd_ping
+both_at 7205
+if [ "$role" = server ]; then
+	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+	both_at 7206 300
+	ipoib_check "$role: netperf served" eval '[ "$(stat_of rx_bytes)" -gt 1048576 ]'
+else
+	stream() {
+		local line
+		line=$(netperf_run "$ib_peer" TCP_STREAM "-m 65536" "ib rust TCP_STREAM") || { echo "$line"; return 1; }
+		echo "$line"
+		echo "$line" | awk '{ exit !($(NF - 1) > 0) }'
+	}
+	ipoib_check "$role: netperf TCP_STREAM in connected mode moves data" stream
+	both_at 7206 300
+fi
+
+# --- An rdma_cm listener on ib0's IPv4 address: the RDMA CM finds our interface.
+both_at 7207
+if [ "$role" = server ]; then
+	timeout 60 rping -s -a "$ib_local" -C 3 -v >/tmp/rping.out 2>&1 &
+	rping_pid=$!
+	both_at 7208
+	ipoib_check "$role: rping server on $ib_local accepted and served a connection" \
+		eval 'wait "$rping_pid"; cat /tmp/rping.out; grep -q "ping data" /tmp/rping.out'
+else
+	both_at 7208
+	sleep 2
+	ipoib_check "$role: rping to the server's ib0 address ($ib_peer) connects and exchanges data" \
+		eval 'timeout 60 rping -c -a "$ib_peer" -C 3 -v'
+fi
+
+# --- Children: 0x8001 is in opensm's partitions; 0x8002 only once the SM adds it.
+both_at 7209
+children() {
+	ip link add link ib0 name ib0.8001 type ipoib pkey 0x8001 &&
+		ip link add link ib0 name ib0.8002 type ipoib pkey 0x8002 || return 1
+	ip addr add "198.51.101.${ib_local##*.}/24" dev ib0.8001 &&
+		ip addr add "198.51.102.${ib_local##*.}/24" dev ib0.8002 &&
+		ip link set ib0.8001 up && ip link set ib0.8002 up || return 1
+	wait_for 60 carrier ib0.8001 && sleep 3 && ! carrier ib0.8002
+}
+ipoib_check "$role: children: ib0.8001 gets carrier, ib0.8002 (P_Key not in the table) none" children
+both_at 7210
+ipoib_check "$role: the children on 0x8001 ping each other" \
+	wait_for 60 ping -c 1 -W 1 "198.51.101.${ib_peer##*.}"
+both_at 7211
+if [ "$role" = server ]; then
+	echo "P8002=0x8002, ipoib, mtu=3 : ALL=full ;" >>"$OPENSM_PARTITIONS"
+	pkill -HUP -x opensm
+fi
+later_pkey() {
+	wait_for 90 carrier ib0.8002 || { cat /sys/class/infiniband/$IB_DEV/ports/1/pkeys/[0-3]; return 1; }
+	klog_since | grep "P_Key 0x8002 now at index"
+}
+ipoib_check "$role: 0x8002 added by the SM: ib0.8002 gets carrier without being re-created" later_pkey
+both_at 7212
+ipoib_check "$role: the children on 0x8002 ping each other" \
+	wait_for 60 ping -c 1 -W 1 "198.51.102.${ib_peer##*.}"
+
+# --- opensm restarted: every port is told to reregister; ours rejoins and paths resume.
+both_at 7213
+klog_mark
+if [ "$role" = server ]; then
+	opensm_stop
+	opensm_start
+fi
+rereg() {
+	wait_for 90 eval 'klog_since | grep -q "client reregister requested"' || return 1
+	wait_for 60 eval 'klog_since | grep -q "joined broadcast group ff12:401b:ffff:"' &&
+		wait_for 60 carrier
+}
+ipoib_check "$role: opensm restarted: reregistration, the broadcast group joined again, carrier" rereg
+both_at 7214
+ipoib_check "$role: traffic resumes without reloading (ARP again, a big ping over a connection)" \
+	eval 'ip neigh flush dev ib0; wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer"'
+
+# --- opensm restarted with other LIDs (LMC 1 and reassigned): paths follow.
+both_at 7215
+old_lid=$(ib_lid)
+klog_mark
+if [ "$role" = server ]; then
+	opensm_stop
+	opensm_start -r -l 1
+fi
+new_lids() {
+	wait_for 90 eval '[ "$(ib_lid)" != "$old_lid" ]' || { echo "LID still 0x$old_lid"; return 1; }
+	echo "LID 0x$old_lid -> 0x$(ib_lid)"
+	wait_for 90 eval 'klog_since | grep -q "LID changed"' && wait_for 60 carrier
+}
+ipoib_check "$role: opensm with LMC 1: this port's LID changed, the event seen, carrier back" new_lids
+both_at 7216
+resumed() {
+	ip neigh flush dev ib0
+	wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer" || return 1
+	cat /sys/kernel/debug/ipoib/ib0_path
+	# The path now leads to the peer's new LID (the path query is answered anew).
+	! grep -q "DLID:     0x000[12]$" /sys/kernel/debug/ipoib/ib0_path
+}
+ipoib_check "$role: traffic resumes over paths to the new LIDs" resumed
+
+both_at 7217
+pkill netserver
+ipoib_check "$role: children deleted, driver unloaded" \
+	eval 'ip link del ib0.8001 && ip link del ib0.8002 && rmmod ib_ipoib && ! test -d /sys/class/net/ib0'
+ipoib_check "$role: kernel log clean" klog_clean_since
+both_at 7218
+opensm_stop
+ktap_finished
