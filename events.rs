@@ -17,8 +17,7 @@
 
 use crate::{
     interface::{
-        Interface, MCAST_WORK, NEIGH_GC_WORK, PORT_WORK, RESOLVE_WORK, STALL_WORK,
-        TX_TIMEOUT_MS,
+        Interface, MCAST_WORK, NEIGH_GC_WORK, PORT_WORK, RESOLVE_WORK, STALL_WORK, TX_TIMEOUT_MS,
     },
     ipoib_ud::UdDatapath,
     stats::{bump, now_ms},

@@ -544,6 +544,7 @@ impl Interface {
             &self.pd,
             &owner,
             self.has_partition(),
+            self.umcast(),
         );
         let SyncReport {
             broadcast,
@@ -746,7 +747,9 @@ impl Interface {
 impl DebugView for Interface {
     fn show_groups(&self, out: &mut dyn Write) -> fmt::Result {
         self.mcast.show_joined(out)?;
-        self.paths.show_send_only(out)
+        // Groups joined in full that packets are sent to too are listed once.
+        let joined = self.mcast.joined_groups();
+        self.paths.show_send_only(out, &joined)
     }
 
     fn show_paths(&self, out: &mut dyn Write, now: i64) -> fmt::Result {

@@ -156,7 +156,11 @@ impl Ports {
     /// The interfaces (children included) that a connection request is for: on its port,
     /// in its partition (either membership), at its GID if it names one, owning `addr` if
     /// given.
-    fn find(&self, request: &NetDevRequest<'_>, addr: Option<&kernel::net::dev::SockAddr>) -> Found {
+    fn find(
+        &self,
+        request: &NetDevRequest<'_>,
+        addr: Option<&kernel::net::dev::SockAddr>,
+    ) -> Found {
         let mut found = Found::None;
         let mut consider = |interface: &Interface, dev: &NetDevice| {
             let pkey_matches = (interface.pkey() ^ request.pkey) & !wire::PKEY_FULL_MEMBER == 0;
@@ -265,7 +269,10 @@ impl Client for IpoibClient {
             (Found::Several, Some(addr)) => match ports.find(request, Some(addr)) {
                 Found::One(dev) => Some(dev),
                 Found::Several => {
-                    pr_warn!("{}: duplicate IP address on IPoIB interfaces\n", device.name());
+                    pr_warn!(
+                        "{}: duplicate IP address on IPoIB interfaces\n",
+                        device.name()
+                    );
                     None
                 }
                 Found::None => None,

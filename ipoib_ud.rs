@@ -434,7 +434,10 @@ impl UdDatapath {
         let Some(pkey_index) = self.partition.get() else {
             if self.readied.set(None) {
                 let _ = self.qp.set_error();
-                pr_info!("{name} port {}: partition gone from the P_Key table\n", self.port);
+                pr_info!(
+                    "{name} port {}: partition gone from the P_Key table\n",
+                    self.port
+                );
             }
             return;
         };

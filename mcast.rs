@@ -236,12 +236,7 @@ pub(crate) struct SaJoiner {
 impl SaJoiner {
     /// The join of `mgid` as `state`.
     fn record(&self, mgid: &Gid, state: JoinState) -> McMemberRecord {
-        McMemberRecord::ib_join(
-            &rdma_gid(mgid),
-            &rdma_gid(&self.port_gid),
-            self.pkey,
-            state,
-        )
+        McMemberRecord::ib_join(&rdma_gid(mgid), &rdma_gid(&self.port_gid), self.pkey, state)
     }
 }
 
@@ -455,7 +450,9 @@ impl Multicast {
     /// Joins and leaves groups with `qp` on `port` of `device` as the multicast list asks
     /// (process context); on InfiniBand also takes the SA's answers in, making handles in
     /// `pd`, with `owner` hearing of answers to come, if `joinable` (the partition is in
-    /// the port's table). Tells the interface what changed.
+    /// the port's table), and with `umcast` leaves to user space the groups it joined
+    /// itself. Tells the interface what changed.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn sync(
         &self,
         device: &Device,
@@ -464,10 +461,11 @@ impl Multicast {
         pd: &Arc<ProtectionDomain>,
         owner: &Arc<dyn SaOwner>,
         joinable: bool,
+        umcast: bool,
     ) -> SyncReport {
         match &self.sa {
             Some(_) if !joinable => SyncReport::default(),
-            Some(sa) => self.sync_sa(sa, device, port, qp, pd, owner),
+            Some(sa) => self.sync_sa(sa, device, port, qp, pd, owner, umcast),
             None => {
                 self.sync_roce(device, port, qp);
                 SyncReport::default()
@@ -476,6 +474,7 @@ impl Multicast {
     }
 
     /// [`Multicast::sync`] on InfiniBand.
+    #[allow(clippy::too_many_arguments)]
     fn sync_sa(
         &self,
         sa: &SaJoiner,
@@ -484,6 +483,7 @@ impl Multicast {
         qp: &QueuePair,
         pd: &Arc<ProtectionDomain>,
         owner: &Arc<dyn SaOwner>,
+        umcast: bool,
     ) -> SyncReport {
         let mut report = SyncReport::default();
         let now = now_ms();
@@ -502,7 +502,11 @@ impl Multicast {
         let Some(bcast) = groups.broadcast.as_mut() else {
             return report;
         };
-        let _ = bcast.ask(&sa.sa, &sa.record(&self.broadcast, JoinState::FullMember), now);
+        let _ = bcast.ask(
+            &sa.sa,
+            &sa.record(&self.broadcast, JoinState::FullMember),
+            now,
+        );
         match bcast.take_answer(qp, now) {
             Progress::Joined(rec) => {
                 match AhAttr::from_mcmember(device, port, &rec)
@@ -542,13 +546,15 @@ impl Multicast {
             return report;
         };
         drop(groups);
-        self.sync_list(sa, qp, &params, owner, now, &mut report);
+        self.sync_list(sa, qp, &params, owner, now, umcast, &mut report);
         self.sync_send_only(sa, device, port, qp, pd, &params, owner, now, &mut report);
         report
     }
 
     /// Joins and leaves the groups of the list through the SA, with the broadcast group's
-    /// parameters `params`.
+    /// parameters `params`; with `umcast`, a new group some other client on this host
+    /// (user space through the RDMA CM) has joined is left to it, as in C.
+    #[allow(clippy::too_many_arguments)]
     fn sync_list(
         &self,
         sa: &SaJoiner,
@@ -556,10 +562,22 @@ impl Multicast {
         params: &McMemberRecord,
         owner: &Arc<dyn SaOwner>,
         now: i64,
+        umcast: bool,
         report: &mut SyncReport,
     ) {
         self.groups.sync(
             |mgid| {
+                if umcast
+                    && McMemberRecord::local_group(&sa.sa.device, sa.sa.port, &rdma_gid(mgid))
+                        .is_some()
+                {
+                    crate::params::ipoib_dbg_mcast!(
+                        "port {}: multicast group {} joined by user space, left to it (umcast)\n",
+                        sa.sa.port,
+                        GidText(&mgid.0)
+                    );
+                    return Err(EEXIST);
+                }
                 let g = SaGroup::new(*mgid, false, owner)?;
                 Ok(Joined::new(*mgid, Membership::Sa(g)))
             },
@@ -641,7 +659,10 @@ impl Multicast {
             if !slots.iter().any(Option::is_none) && slots.len() < MAX_SEND_ONLY {
                 let _ = slots.push(None, GFP_KERNEL);
             }
-            let added = match (slots.iter_mut().find(|s| s.is_none()), SaGroup::new(*mgid, true, owner)) {
+            let added = match (
+                slots.iter_mut().find(|s| s.is_none()),
+                SaGroup::new(*mgid, true, owner),
+            ) {
                 (Some(slot), Ok(g)) => {
                     *slot = Some(g);
                     true
@@ -760,7 +781,10 @@ impl Multicast {
         let taken = {
             let mut groups = self.sa_groups.lock();
             groups.requested = KVec::new();
-            (groups.broadcast.take(), core::mem::take(&mut groups.send_only))
+            (
+                groups.broadcast.take(),
+                core::mem::take(&mut groups.send_only),
+            )
         };
         let (bcast, send_only) = taken;
         if let Some(mut g) = bcast {
@@ -769,6 +793,15 @@ impl Multicast {
         for mut g in send_only.into_iter().flatten() {
             g.leave(qp);
         }
+    }
+
+    /// The groups joined in full (process context).
+    pub(crate) fn joined_groups(&self) -> KVec<Gid> {
+        let mut all = KVec::new();
+        self.groups.for_each_joined(|mgid, _| {
+            let _ = all.push(*mgid, GFP_KERNEL);
+        });
+        all
     }
 
     /// The groups joined, for debugfs (`<if>_mcg`): the broadcast group, then the others.

@@ -73,12 +73,19 @@ fn set_umcast(dev: &NetDevice, iface: &Interface, value: u32) -> Result {
         _ => return Err(EINVAL),
     };
     if iface.set_umcast(on) && on {
-        // Such groups are those joined through an InfiniBand subnet administrator, which
-        // RoCE ports do not have: say that nothing changes there.
-        pr_info!(
-            "{}: umcast on: groups user space joins through the subnet administrator are left to it (none on RoCE)\n",
-            dev.name()
-        );
+        // Groups user space joined itself through the subnet administrator are then left
+        // to it (from the next change of the multicast list, as in C); RoCE has none.
+        if iface.on_infiniband() {
+            pr_info!(
+                "{}: umcast on: groups user space joins through the subnet administrator are left to it\n",
+                dev.name()
+            );
+        } else {
+            pr_info!(
+                "{}: umcast on: changes nothing on RoCE, which has no subnet administrator\n",
+                dev.name()
+            );
+        }
     }
     Ok(())
 }

@@ -474,12 +474,12 @@ impl Paths {
         result
     }
 
-    /// The multicast groups sent to without joining, for debugfs (`<if>_mcg`), with their
-    /// last use as creation time.
-    pub(crate) fn show_send_only(&self, out: &mut dyn Write) -> fmt::Result {
+    /// The multicast groups sent to without joining them (those not in `joined`), for
+    /// debugfs (`<if>_mcg`), with their last use as creation time.
+    pub(crate) fn show_send_only(&self, out: &mut dyn Write, joined: &[Gid]) -> fmt::Result {
         let mut result = Ok(());
         self.neigh.lock().for_each(|gid, used, _| {
-            if result.is_ok() && Gid(*gid).is_multicast() {
+            if result.is_ok() && Gid(*gid).is_multicast() && !joined.contains(&Gid(*gid)) {
                 result = write_group(out, gid, used, true);
             }
         });

@@ -17,7 +17,7 @@ BINARIES=(
 	/usr/bin/netperf /usr/bin/netserver /usr/bin/iperf3
 	/usr/bin/timeout /usr/bin/perf
 	/usr/sbin/opensm /usr/sbin/smpquery /usr/sbin/sminfo /usr/sbin/ibnetdiscover
-	/usr/sbin/saquery /usr/sbin/ibstat /usr/sbin/ibaddr /usr/bin/rping
+	/usr/sbin/saquery /usr/sbin/ibstat /usr/sbin/ibaddr /usr/bin/rping /usr/bin/mckey
 )
 
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,root,var/tmp}

@@ -146,7 +146,11 @@ impl NetDevice {
             bindings::AF_INET => {
                 // SAFETY: The family says the address is a `sockaddr_in` (type invariant of
                 // `SockAddr`).
-                let ip = unsafe { (*addr.as_raw().cast::<bindings::sockaddr_in>()).sin_addr.s_addr };
+                let ip = unsafe {
+                    (*addr.as_raw().cast::<bindings::sockaddr_in>())
+                        .sin_addr
+                        .s_addr
+                };
                 // SAFETY: The device is valid; a non-null result holds a reference.
                 let in_dev = unsafe { bindings::in_dev_get(dev) };
                 if in_dev.is_null() {

@@ -381,6 +381,24 @@ impl McMemberRecord {
         }
     }
 
+    /// The record of group `mgid` if some client on this host joined it through `port` of
+    /// `device` (`ib_sa_get_mcmember_rec`), user space through the RDMA CM included.
+    /// `None` on a port without an SA.
+    pub fn local_group(device: &Device, port: u32, mgid: &Gid) -> Option<Self> {
+        require_sa(device, port).ok()?;
+        let mut rec = Self::zeroed();
+        let mut raw = bindings::ib_gid { raw: mgid.0 };
+        // SAFETY: The device is valid and `port` one of its ports (checked by
+        // `require_sa`); `raw` and `rec` are valid for the call, which copies into `rec`.
+        let ret =
+            unsafe { bindings::ib_sa_get_mcmember_rec(device.as_raw(), port, &mut raw, &mut rec) };
+        (ret == 0).then_some(Self {
+            rec,
+            comp_mask: 0,
+            gid_type: bindings::ib_gid_type_IB_GID_TYPE_IB,
+        })
+    }
+
     /// The group.
     pub fn mgid(&self) -> Gid {
         // SAFETY: Every bit pattern of the union is a valid byte array.

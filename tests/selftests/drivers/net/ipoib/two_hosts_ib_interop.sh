@@ -12,7 +12,7 @@
 
 ktap_print_header
 two_hosts_roles
-ktap_set_plan 37
+ktap_set_plan 39
 trap 'opensm_stop' EXIT
 klog_mark
 
@@ -34,7 +34,15 @@ my_qpn() { qpn_of "$(cat /sys/class/net/ib0/address)"; }
 peer_qpn() { qpn_of "$(ip neigh show dev ib0 "$ib_peer" | awk '{ print $3 }')"; }
 # capture SECONDS FILE: ib_capture on eth0 in the background (CAPTURE_PID).
 capture() { ./ib_capture eth0 "$1" >"$2" 2>&1 & CAPTURE_PID=$!; sleep 1; }
+# captured FILE: waits for the capture (in this shell: its child) and prints FILE.
 captured() { wait "$CAPTURE_PID"; cat "$1"; }
+# nonzero TEST OPTIONS LABEL: netperf TEST to the peer's ib0 gives a figure above 0.
+nonzero() {
+	local line
+	line=$(netperf_run "$ib_peer" "$1" "$2" "$3") || { echo "$line"; return 1; }
+	echo "$line"
+	echo "$line" | awk '{ exit !($(NF - 1) > 0) }'
+}
 
 round() {
 	local drv=$1 n=$2 base=$((7110 + $2 * 20))
@@ -68,20 +76,36 @@ round() {
 	ipoib_check "$who: ARP and ping $ib_peer" arp_ping
 	ipoib_check "$who: full-MTU and fragmented pings" \
 		eval 'ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
-	# Datagrams both ways: unicast without a GRH (the SA's paths have none), broadcasts
-	# with one; every one with the group's Q_Key and the default partition.
+	# Datagrams both ways: unicast without a GRH (the SA's paths have none), multicast (the
+	# first ARP request, to the broadcast group's MLID) with one; every one with the
+	# group's Q_Key and the default partition.
 	dg_wire() {
 		local out
-		out=$(captured /tmp/cap.dg)
-		echo "$out"
+		captured /tmp/cap.dg
+		out=$(cat /tmp/cap.dg)
 		echo "$out" | grep -q "^ud slid=$my_lid dlid=$peer_lid pkey=0xffff qkey=0x00000b1b grh=0 " &&
 			echo "$out" | grep -q "^ud slid=$peer_lid dlid=$my_lid pkey=0xffff qkey=0x00000b1b grh=0 " &&
-			echo "$out" | awk -v me="slid=$my_lid" '$1 == "ud" && $2 == me && $6 == "grh=1" {
-				split($3, d, "="); if (d[2] >= 49152 && $4 == "pkey=0xffff") ok = 1 } END { exit !ok }' &&
-			! echo "$out" | grep "^ud " | grep -v "pkey=0xffff qkey=0x00000b1b"
+			! echo "$out" | grep "^ud " | grep -v "pkey=0xffff qkey=0x00000b1b" &&
+			echo "$out" | awk '$1 == "ud" { split($3, d, "="); mc = d[2] >= 49152
+				if (mc) groups++; if (mc != ($6 == "grh=1")) bad++ }
+				END { exit !(groups > 0 && !bad) }'
 	}
 	ipoib_check "$who: on the wire: datagrams with Q_Key 0x0b1b and P_Key 0xffff, GRH only to groups" dg_wire
 	[ "$drv" = rust ] && cat /sys/kernel/debug/ipoib/ib0_path
+	# netperf in datagram mode: the client streams to the server and exchanges requests.
+	both_at $((base + 16))
+	if [ "$role" = server ]; then
+		netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+		local rx0
+		rx0=$(ethtool_stat ib0 rx_bytes)
+		both_at $((base + 17)) 300
+		ipoib_check "$who: datagram mode: netperf served (over 1 MiB received)" \
+			eval '[ $(($(ethtool_stat ib0 rx_bytes) - rx0)) -gt 1048576 ]'
+	else
+		both_at $((base + 17)) 300
+		ipoib_check "$who: datagram mode: netperf TCP_STREAM and TCP_RR move data" \
+			eval 'nonzero TCP_STREAM "" "ib interop $n datagram TCP_STREAM" && nonzero TCP_RR "" "ib interop $n datagram TCP_RR"'
+	fi
 
 	# Connected mode: both ping, so each side requests a connection and accepts one.
 	both_at $((base + 2))
@@ -106,8 +130,8 @@ round() {
 	# no transport or RNR retries asked, the reply's RNR count echoing the request's.
 	cm_wire() {
 		local out mine theirs
-		out=$(captured /tmp/cap.cm)
-		echo "$out"
+		captured /tmp/cap.cm
+		out=$(cat /tmp/cap.cm)
 		mine=$(my_qpn) theirs=$(peer_qpn)
 		echo "our UD QPN 0x$mine, the peer's 0x$theirs"
 		echo "$out" | grep -q "^REQ slid=$my_lid retry=0 rnr=0 qpn=0x$mine mtu=65524 " &&
@@ -138,21 +162,16 @@ round() {
 	}
 	ipoib_check "$who: IPv6 neighbour discovery and ping" nd_ping
 
-	# netperf: the client streams to the server and exchanges requests.
+	# netperf in connected mode.
 	both_at $((base + 4))
 	if [ "$role" = server ]; then
-		netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+		local rx1
+		rx1=$(ethtool_stat ib0 rx_bytes)
 		both_at $((base + 5)) 300
-		ipoib_check "$who: netperf served (the client checks the figures)" \
-			eval '[ "$(ethtool -S ib0 | awk "/rx_bytes:/ { print \$2 }")" -gt 1048576 ]'
+		ipoib_check "$who: connected mode: netperf served (over 1 MiB received)" \
+			eval '[ $(($(ethtool_stat ib0 rx_bytes) - rx1)) -gt 1048576 ]'
 	else
-		nonzero() {
-			local line
-			line=$(netperf_run "$ib_peer" "$1" "$2" "$3") || { echo "$line"; return 1; }
-			echo "$line"
-			echo "$line" | awk '{ exit !($(NF - 1) > 0) }'
-		}
-		ipoib_check "$who: netperf TCP_STREAM and TCP_RR to the $([ "$drv" = c ] && echo rust || echo c) server move data" \
+		ipoib_check "$who: connected mode: netperf TCP_STREAM and TCP_RR to the $([ "$drv" = c ] && echo rust || echo c) server move data" \
 			eval 'nonzero TCP_STREAM "-m 65536" "ib interop $n TCP_STREAM" && nonzero TCP_RR "" "ib interop $n TCP_RR"'
 		both_at $((base + 5)) 300
 	fi
@@ -253,10 +272,11 @@ round() {
 		local out
 		wait_for 60 ping -c 1 -W 1 "198.51.101.${ib_peer##*.}" || return 1
 		ping -c 2 -W 2 -s 992 "198.51.101.${ib_peer##*.}" || return 1
-		out=$(captured /tmp/cap.child)
-		echo "$out"
-		echo "$out" | grep -q "^ud slid=$my_lid .* pkey=0x8001 qkey=0x00000b1b " &&
-			echo "$out" | grep -q "^ud slid=$peer_lid .* pkey=0x8001 qkey=0x00000b1b "
+		captured /tmp/cap.child
+		out=$(cat /tmp/cap.child)
+		# Datagrams or connections (each side's child starts in its own default mode).
+		echo "$out" | grep -Eq "^(ud|rc) slid=$my_lid .* pkey=0x8001 " &&
+			echo "$out" | grep -Eq "^(ud|rc) slid=$peer_lid .* pkey=0x8001 "
 	}
 	ipoib_check "$who: the children ping each other; P_Key 0x8001 on the wire" child_ping
 

@@ -11,7 +11,7 @@
 
 ktap_print_header
 two_hosts_roles
-ktap_set_plan 18
+ktap_set_plan 19
 trap 'opensm_stop' EXIT
 klog_mark
 
@@ -107,6 +107,33 @@ else
 	ipoib_check "$role: rping to the server's ib0 address ($ib_peer) connects and exchanges data" \
 		eval 'timeout 60 rping -c -a "$ib_peer" -C 3 -v'
 fi
+
+# --- umcast: a group user space joined itself through the SA (mckey, the RDMA CM in the
+# IPoIB port space) is left to it when a socket joins it on ib0 too; without umcast the
+# driver joins it. 239.1.2.3 maps to ff12:401b:ffff::f01:203.
+umcast() {
+	local group="ff12:401b:ffff:0:0:0:f01:203"
+	timeout 60 mckey -m 239.1.2.3 -b "$ib_local" -p 0x2 -C 1000 >/tmp/mckey.out 2>&1 &
+	local mk=$!
+	sleep 5
+	echo 1 >/sys/class/net/ib0/umcast || return 1
+	./mcast_udp recv ib0 239.1.2.3 5123 4 1 >/dev/null &
+	local rx=$!
+	sleep 3
+	grep -q "GID: $group\$" /sys/kernel/debug/ipoib/ib0_mcg && { echo "joined despite umcast"; return 1; }
+	wait "$rx"
+	echo 0 >/sys/class/net/ib0/umcast || return 1
+	./mcast_udp recv ib0 239.1.2.3 5123 4 1 >/dev/null &
+	rx=$!
+	wait_for 10 grep -q "GID: $group\$" /sys/kernel/debug/ipoib/ib0_mcg
+	local joined=$?
+	wait "$rx"
+	kill "$mk" 2>/dev/null
+	wait "$mk"
+	cat /tmp/mckey.out
+	return $joined
+}
+ipoib_check "$role: umcast 1: a group user space joined (mckey) is left to it; umcast 0: joined" umcast
 
 # --- Children: 0x8001 is in opensm's partitions; 0x8002 only once the SM adds it.
 both_at 7209
