@@ -35,7 +35,7 @@ use kernel::{
         dev::{McAddrs, NetDevice},
         ethtool::{Coalesce, DrvInfo},
         napi::{Napi, NapiHandle},
-        rtnl::Rtnl,
+        rtnl::{Rtnl, RtnlGuard},
         skb::SkBuff,
     },
     new_spinlock,
@@ -70,6 +70,9 @@ pub(crate) const STALL_WORK: u64 = 3;
 pub(crate) const NEIGH_GC_WORK: u64 = 4;
 /// The delayed work item that retries failed multicast joins (InfiniBand).
 const MCAST_RETRY_WORK: u64 = 5;
+/// The work item that lowers the MTU to the broadcast group's (InfiniBand): it takes RTNL,
+/// so it is not flushed when the interface goes down (`ndo_stop` holds RTNL).
+const MTU_WORK: u64 = 6;
 
 /// What the interfaces of a port need to know of it: queried once, for the first interface
 /// (querying a RoCE port takes RTNL, which child creation holds), and passed on to its
@@ -119,7 +122,9 @@ pub(crate) struct Interface {
     role: Role<Interface>,
     #[pin]
     children: Children<Interface>,
-    /// Largest IPoIB payload of a datagram (the IB MTU less the encapsulation header).
+    /// Largest IPoIB payload of a datagram (the port's IB MTU less the encapsulation
+    /// header): the interface's first MTU. The datapath's may be lower (the broadcast
+    /// group's).
     pub(crate) mtu: u32,
     /// Sends in flight at most.
     pub(crate) send_ring: u32,
@@ -167,6 +172,8 @@ pub(crate) struct Interface {
     mcast_work: Work<Interface, MCAST_WORK>,
     #[pin]
     mcast_retry: DelayedWork<Interface, MCAST_RETRY_WORK>,
+    #[pin]
+    mtu_work: Work<Interface, MTU_WORK>,
     /// Not run from the event handler, which runs under the core's event lock, nor from a
     /// work item flushed under RTNL (querying a RoCE port takes RTNL).
     #[pin]
@@ -361,6 +368,7 @@ impl Interface {
                 resolve_work <- new_work!("Interface::resolve_work"),
                 mcast_work <- new_work!("Interface::mcast_work"),
                 mcast_retry <- new_delayed_work!("Interface::mcast_retry"),
+                mtu_work <- new_work!("Interface::mtu_work"),
                 port_work <- new_work!("Interface::port_work"),
                 stall_work <- new_work!("Interface::stall_work"),
                 neigh_gc <- new_delayed_work!("Interface::neigh_gc"),
@@ -573,8 +581,9 @@ impl Interface {
     }
 
     /// The broadcast group was joined with `rec`: its Q_Key is the interface's, its MTU
-    /// bounds datagrams, and the carrier comes on.
-    fn broadcast_joined(&self, rec: &kernel::rdma::sa::McMemberRecord) {
+    /// bounds datagrams (and in datagram mode the interface's MTU), and the carrier comes
+    /// on.
+    fn broadcast_joined(self: &Arc<Self>, rec: &kernel::rdma::sa::McMemberRecord) {
         if let Err(e) = self.ud.set_qkey(rec.qkey()) {
             pr_warn!(
                 "{} port {}: Q_Key 0x{:x} not set ({:?})\n",
@@ -586,6 +595,9 @@ impl Interface {
         }
         if let Some(mtu) = rec.mtu() {
             self.ud.limit_mtu(mtu.bytes() - ENCAP_HEADER_LEN as u32);
+            if self.ud.mtu() < self.mtu {
+                let _ = workqueue::system().enqueue::<_, MTU_WORK>(self.clone());
+            }
         }
         if let Some(dev) = self.up_netdev() {
             if self.carrier_ready() && self.is_up() {
@@ -639,7 +651,7 @@ impl Interface {
             );
             return Err(EINVAL);
         };
-        cm.switch(dev, rtnl, connected, self.mtu)
+        cm.switch(dev, rtnl, connected, self.ud.mtu())
     }
 
     /// The largest MTU the interface takes in its current mode.
@@ -647,7 +659,24 @@ impl Interface {
         if self.connected() {
             CM_MTU
         } else {
-            self.mtu
+            self.ud.mtu()
+        }
+    }
+
+    /// Lowers the MTU of the interface, in datagram mode, to what its datagrams carry (the
+    /// MTU work item; C does it from its join task).
+    fn lower_mtu(&self) {
+        let Some(dev) = self.up_netdev() else {
+            return;
+        };
+        let rtnl = RtnlGuard::lock();
+        let mtu = self.ud.mtu();
+        if self.connected() || dev.mtu() <= mtu {
+            return;
+        }
+        match dev.set_mtu(&rtnl, mtu) {
+            Ok(()) => pr_info!("{}: MTU {} (the broadcast group's)\n", dev.name(), mtu),
+            Err(e) => pr_warn!("{}: MTU {} not set ({:?})\n", dev.name(), mtu, e),
         }
     }
 
@@ -715,6 +744,7 @@ impl Interface {
         self.resolve_work.flush();
         self.mcast_work.flush();
         while self.mcast_retry.flush() {}
+        self.mtu_work.flush();
         self.ud.flush_work();
         self.port_work.flush();
         while self.neigh_gc.flush() {}
@@ -769,6 +799,7 @@ impl_has_work! {
     impl HasWork<Self, MCAST_WORK> for Interface { self.mcast_work }
     impl HasWork<Self, PORT_WORK> for Interface { self.port_work }
     impl HasWork<Self, STALL_WORK> for Interface { self.stall_work }
+    impl HasWork<Self, MTU_WORK> for Interface { self.mtu_work }
 }
 
 impl_has_delayed_work! {
@@ -798,6 +829,14 @@ impl WorkItem<MCAST_WORK> for Interface {
 
     fn run(this: Arc<Interface>) {
         this.sync_multicast();
+    }
+}
+
+impl WorkItem<MTU_WORK> for Interface {
+    type Pointer = Arc<Interface>;
+
+    fn run(this: Arc<Interface>) {
+        this.lower_mtu();
     }
 }
 

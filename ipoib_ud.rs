@@ -208,7 +208,7 @@ impl UdDatapath {
     pub(crate) fn limit_mtu(&self, mtu: u32) {
         let old = self.mtu.fetch_min(mtu, Ordering::Relaxed);
         if mtu < old {
-            pr_warn!(
+            pr_info!(
                 "{} port {}: the broadcast group's MTU limits datagrams to {} bytes (the port takes {})\n",
                 self.device.name(),
                 self.port,
@@ -216,6 +216,11 @@ impl UdDatapath {
                 old
             );
         }
+    }
+
+    /// Largest IPoIB payload of a datagram.
+    pub(crate) fn mtu(&self) -> u32 {
+        self.mtu.load(Ordering::Relaxed)
     }
 
     /// Records our LID after a port event.

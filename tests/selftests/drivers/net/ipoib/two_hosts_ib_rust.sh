@@ -115,15 +115,17 @@ umcast() {
 	local group="ff12:401b:ffff:0:0:0:f01:203"
 	timeout 60 mckey -m 239.1.2.3 -b "$ib_local" -p 0x2 -C 1000 >/tmp/mckey.out 2>&1 &
 	local mk=$!
-	sleep 5
+	# mckey's join made the group at the SA.
+	wait_for 20 eval 'saquery -g 2>/dev/null | grep -q "ff12:401b:ffff::f01:203"' ||
+		{ echo "mckey did not join"; cat /tmp/mckey.out; return 1; }
 	echo 1 >/sys/class/net/ib0/umcast || return 1
-	./mcast_udp recv ib0 239.1.2.3 5123 4 1 >/dev/null &
+	./mcast_udp recv ib0 239.1.2.3 5123 6 1 >/dev/null &
 	local rx=$!
-	sleep 3
+	sleep 5
 	grep -q "GID: $group\$" /sys/kernel/debug/ipoib/ib0_mcg && { echo "joined despite umcast"; return 1; }
 	wait "$rx"
 	echo 0 >/sys/class/net/ib0/umcast || return 1
-	./mcast_udp recv ib0 239.1.2.3 5123 4 1 >/dev/null &
+	./mcast_udp recv ib0 239.1.2.3 5123 6 1 >/dev/null &
 	rx=$!
 	wait_for 10 grep -q "GID: $group\$" /sys/kernel/debug/ipoib/ib0_mcg
 	local joined=$?
@@ -140,6 +142,7 @@ both_at 7209
 children() {
 	ip link add link ib0 name ib0.8001 type ipoib pkey 0x8001 &&
 		ip link add link ib0 name ib0.8002 type ipoib pkey 0x8002 || return 1
+	echo datagram >/sys/class/net/ib0.8002/mode || return 1
 	ip addr add "198.51.101.${ib_local##*.}/24" dev ib0.8001 &&
 		ip addr add "198.51.102.${ib_local##*.}/24" dev ib0.8002 &&
 		ip link set ib0.8001 up && ip link set ib0.8002 up || return 1
@@ -151,14 +154,18 @@ ipoib_check "$role: the children on 0x8001 ping each other" \
 	wait_for 60 ping -c 1 -W 1 "198.51.101.${ib_peer##*.}"
 both_at 7211
 if [ "$role" = server ]; then
-	echo "P8002=0x8002, ipoib, mtu=3 : ALL=full ;" >>"$OPENSM_PARTITIONS"
+	# With a broadcast group of MTU 512 (code 2), below the port's 1024.
+	echo "P8002=0x8002, ipoib, mtu=2 : ALL=full ;" >>"$OPENSM_PARTITIONS"
 	pkill -HUP -x opensm
 fi
 later_pkey() {
 	wait_for 90 carrier ib0.8002 || { cat /sys/class/infiniband/$IB_DEV/ports/1/pkeys/[0-3]; return 1; }
-	klog_since | grep "P_Key 0x8002 now at index"
+	klog_since | grep "P_Key 0x8002 now at index" || return 1
+	wait_for 10 eval '[ "$(cat /sys/class/net/ib0.8002/mtu)" = 508 ]'
+	echo "ib0.8002 MTU $(cat /sys/class/net/ib0.8002/mtu)"
+	[ "$(cat /sys/class/net/ib0.8002/mtu)" = 508 ]
 }
-ipoib_check "$role: 0x8002 added by the SM: ib0.8002 gets carrier without being re-created" later_pkey
+ipoib_check "$role: 0x8002 added by the SM: ib0.8002 gets carrier without being re-created, MTU 508 from its group" later_pkey
 both_at 7212
 ipoib_check "$role: the children on 0x8002 ping each other" \
 	wait_for 60 ping -c 1 -W 1 "198.51.102.${ib_peer##*.}"
