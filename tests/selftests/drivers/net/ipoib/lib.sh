@@ -268,9 +268,10 @@ ib_lid() { hex_of "$(ib_port lid)"; }
 ib_port_guid() { ib_port gids/0 | cut -d: -f5- | tr -d :; }
 # ib_fabric_topology: eth0 up with IPOIB_LOCAL_IP/24 (the hosts' rendezvous) and IB_DEV on
 # it, with this host's name as its node description; waits for the port to train to INIT.
+# An earlier program of the same boot may have set eth0 up and deleted IB_DEV.
 ib_fabric_topology() {
 	[ -d "/sys/class/infiniband/$IB_DEV" ] && return 0
-	ip addr add "$IPOIB_LOCAL_IP/24" dev eth0 && ip link set eth0 up || return 1
+	ip addr replace "$IPOIB_LOCAL_IP/24" dev eth0 && ip link set eth0 up || return 1
 	rdma link add "$IB_DEV" type rxe_ib netdev eth0 || return 1
 	hostname >"/sys/class/infiniband/$IB_DEV/node_desc"
 	wait_for 10 ib_port_is INIT

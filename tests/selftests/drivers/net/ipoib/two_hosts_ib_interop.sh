@@ -3,10 +3,11 @@
 # Our driver against the upstream C ipoib on the InfiniBand fabric (rxe_ib on eth0 of both
 # hosts, opensm on the server), in both directions: first the server runs C and the client
 # ours, then the other way round. Each round: the broadcast group's MTU and carrier, ARP,
-# full-MTU and fragmented pings, the datagrams' Q_Key and P_Key on the wire; connected
-# mode at MTU 65520 with the REQ/REP each side sends checked on the wire, IPv6 neighbour
-# discovery, 60000-byte pings unfragmented, netperf; the C side back in datagram mode
-# while ours stays connected (path MTU); mode switches under a stream; children on 0x8001.
+# full-MTU and fragmented pings, the datagrams' Q_Key, P_Key and GRH on the wire, netperf;
+# connected mode at MTU 65520 with the REQ/REP each side sends checked on the wire, the
+# connection in debugfs, IPv6 neighbour discovery, 60000-byte pings unfragmented, netperf;
+# ours connected toward C back in datagram mode, and toward C built without connected mode
+# (path MTU); mode switches under a stream; children on 0x8001, their P_Key on the wire.
 # Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
 . "$(dirname "$0")/lib.sh"
 
