@@ -17,10 +17,13 @@
 
 use crate::{
     interface::{
-        Interface, MCAST_WORK, NEIGH_GC_WORK, PORT_WORK, RESOLVE_WORK, STALL_WORK, TX_TIMEOUT_MS,
+        Interface, MCAST_WORK, NEIGH_GC_WORK, PORT_WORK, RESOLVE_WORK, RTNL_WORK, STALL_WORK,
+        TX_TIMEOUT_MS,
     },
     ipoib_ud::UdDatapath,
+    path::GID_INDEX,
     stats::{bump, now_ms},
+    wire::Gid,
 };
 use core::sync::atomic::Ordering;
 use kernel::{
@@ -96,6 +99,10 @@ impl Interface {
     /// joined again.
     fn flush_fabric(self: &Arc<Self>) {
         self.refresh_partition();
+        let gid_changed = match self.device.query_gid(self.port, GID_INDEX) {
+            Ok(gid) => self.gid.set(Gid(gid.0)),
+            Err(_) => false,
+        };
         match self.device.port_attr(self.port) {
             Ok(attr) => self.ud.set_lid(attr.lid() as u16),
             Err(e) => pr_warn!(
@@ -115,6 +122,10 @@ impl Interface {
         }
         if let Some(dev) = self.up_netdev() {
             dev.carrier_off();
+        }
+        if gid_changed {
+            // The address carries the GID (C: `ipoib_dev_addr_changed_valid`).
+            let _ = workqueue::system().enqueue::<_, RTNL_WORK>(self.clone());
         }
         self.rejoin_groups();
         let _ = workqueue::system().enqueue::<_, MCAST_WORK>(self.clone());

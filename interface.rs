@@ -18,6 +18,7 @@ use crate::{
     fabric::{Answered, SaOwner, SaPort},
     ipoib_cm::ConnectedMode,
     ipoib_ud::{send_sges, UdConfig, UdDatapath},
+    local_gid::LocalGid,
     mcast::{Multicast, SaJoiner, SyncReport},
     params,
     partition::PartitionIndex,
@@ -70,9 +71,10 @@ pub(crate) const STALL_WORK: u64 = 3;
 pub(crate) const NEIGH_GC_WORK: u64 = 4;
 /// The delayed work item that retries failed multicast joins (InfiniBand).
 const MCAST_RETRY_WORK: u64 = 5;
-/// The work item that lowers the MTU to the broadcast group's (InfiniBand): it takes RTNL,
-/// so it is not flushed when the interface goes down (`ndo_stop` holds RTNL).
-const MTU_WORK: u64 = 6;
+/// The work item that brings the net_device in line with the fabric (InfiniBand): the MTU
+/// of the broadcast group, the address with a new GID. It takes RTNL, so it is not flushed
+/// when the interface goes down (`ndo_stop` holds RTNL).
+pub(crate) const RTNL_WORK: u64 = 6;
 
 /// What the interfaces of a port need to know of it: queried once, for the first interface
 /// (querying a RoCE port takes RTNL, which child creation holds), and passed on to its
@@ -128,8 +130,11 @@ pub(crate) struct Interface {
     pub(crate) mtu: u32,
     /// Sends in flight at most.
     pub(crate) send_ring: u32,
-    /// Our hardware address: flags, UD QPN, GID.
-    pub(crate) local: HwAddr,
+    /// Our hardware address as made: flags, UD QPN, and the GID of then ([`Interface::local`]
+    /// has the current one).
+    address: HwAddr,
+    /// Our GID, which the subnet manager may change (`events.rs`).
+    pub(crate) gid: Arc<LocalGid>,
     pub(crate) broadcast: HwAddr,
     pd: Arc<ProtectionDomain>,
     /// The datagram datapath: UD queue pair, CQs (which connected mode's receives share),
@@ -173,7 +178,7 @@ pub(crate) struct Interface {
     #[pin]
     mcast_retry: DelayedWork<Interface, MCAST_RETRY_WORK>,
     #[pin]
-    mtu_work: Work<Interface, MTU_WORK>,
+    rtnl_work: Work<Interface, RTNL_WORK>,
     /// Not run from the event handler, which runs under the core's event lock, nor from a
     /// work item flushed under RTNL (querying a RoCE port takes RTNL).
     #[pin]
@@ -228,6 +233,7 @@ impl Interface {
         let mut facts = this.facts;
         facts.active = this.port_active();
         facts.speed_mbps = this.ethtool.link_settings().speed_mbps;
+        facts.gid = this.gid.get();
         let role = Role::Child {
             parent: parent.into(),
             interface: this.clone(),
@@ -264,6 +270,7 @@ impl Interface {
         // The receive CQ takes connected mode's receives too.
         let base_cqe = 2 * recv_ring + 1;
         let partition = Arc::new(PartitionIndex::new(pkey_index), GFP_KERNEL)?;
+        let gid = Arc::new(LocalGid::new(facts.gid), GFP_KERNEL)?;
         let nonsrq_max = if cm_capable {
             ConnectedMode::nonsrq_room(device, port, recv_ring, base_cqe)
         } else {
@@ -279,13 +286,13 @@ impl Interface {
             recv_ring,
             recv_cqe: base_cqe + nonsrq_max as u32 * recv_ring,
             mtu,
-            gid: facts.gid,
+            gid: gid.clone(),
             lid: facts.lid,
             broadcast: broadcast.gid(),
         };
         let ud = UdDatapath::new(device, &pd, config, napi, credits.clone(), counters.clone())?;
         let qpn = ud.qp().qp_num();
-        let resolver = PathResolver::new(port, sa.clone(), facts.gid, pkey);
+        let resolver = PathResolver::new(port, sa.clone(), gid.clone(), pkey);
         let cm = if cm_capable {
             ConnectedMode::new(
                 device,
@@ -316,10 +323,10 @@ impl Interface {
         } else {
             0
         };
-        let local = HwAddr::new(flags, qpn, facts.gid).map_err(|_| EINVAL)?;
+        let address = HwAddr::new(flags, qpn, facts.gid).map_err(|_| EINVAL)?;
         let joiner = sa.as_ref().map(|sa| SaJoiner {
             sa: sa.clone(),
-            port_gid: facts.gid,
+            port_gid: gid.clone(),
             pkey,
         });
         let mcast = Multicast::new(
@@ -348,7 +355,8 @@ impl Interface {
                 children <- Children::new(maker),
                 mtu,
                 send_ring,
-                local,
+                address,
+                gid,
                 broadcast,
                 pd,
                 ud,
@@ -368,13 +376,19 @@ impl Interface {
                 resolve_work <- new_work!("Interface::resolve_work"),
                 mcast_work <- new_work!("Interface::mcast_work"),
                 mcast_retry <- new_delayed_work!("Interface::mcast_retry"),
-                mtu_work <- new_work!("Interface::mtu_work"),
+                rtnl_work <- new_work!("Interface::rtnl_work"),
                 port_work <- new_work!("Interface::port_work"),
                 stall_work <- new_work!("Interface::stall_work"),
                 neigh_gc <- new_delayed_work!("Interface::neigh_gc"),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Our hardware address: flags, UD QPN, GID.
+    pub(crate) fn local(&self) -> HwAddr {
+        HwAddr::new(self.address.flags(), self.address.qpn(), self.gid.get())
+            .unwrap_or(self.address)
     }
 
     /// The interface's partition, full-membership bit set.
@@ -596,7 +610,7 @@ impl Interface {
         if let Some(mtu) = rec.mtu() {
             self.ud.limit_mtu(mtu.bytes() - ENCAP_HEADER_LEN as u32);
             if self.ud.mtu() < self.mtu {
-                let _ = workqueue::system().enqueue::<_, MTU_WORK>(self.clone());
+                let _ = workqueue::system().enqueue::<_, RTNL_WORK>(self.clone());
             }
         }
         if let Some(dev) = self.up_netdev() {
@@ -663,20 +677,31 @@ impl Interface {
         }
     }
 
-    /// Lowers the MTU of the interface, in datagram mode, to what its datagrams carry (the
-    /// MTU work item; C does it from its join task).
-    fn lower_mtu(&self) {
+    /// Brings the net_device in line with the fabric (the RTNL work item; C does both from
+    /// its join task and its flushes): in datagram mode its MTU lowered to what its
+    /// datagrams carry, and its address given our current GID.
+    fn apply_under_rtnl(&self) {
         let Some(dev) = self.up_netdev() else {
             return;
         };
         let rtnl = RtnlGuard::lock();
         let mtu = self.ud.mtu();
-        if self.connected() || dev.mtu() <= mtu {
-            return;
+        if !self.connected() && dev.mtu() > mtu {
+            match dev.set_mtu(&rtnl, mtu) {
+                Ok(()) => pr_info!("{}: MTU {} (the broadcast group's)\n", dev.name(), mtu),
+                Err(e) => pr_warn!("{}: MTU {} not set ({:?})\n", dev.name(), mtu, e),
+            }
         }
-        match dev.set_mtu(&rtnl, mtu) {
-            Ok(()) => pr_info!("{}: MTU {} (the broadcast group's)\n", dev.name(), mtu),
-            Err(e) => pr_warn!("{}: MTU {} not set ({:?})\n", dev.name(), mtu, e),
+        let local = self.local();
+        if dev.dev_addr() != local.as_bytes() {
+            match dev.set_address(&rtnl, local.as_bytes()) {
+                Ok(()) => pr_info!(
+                    "{}: address {} (the port's GID changed)\n",
+                    dev.name(),
+                    local
+                ),
+                Err(e) => pr_warn!("{}: address {} not set ({:?})\n", dev.name(), local, e),
+            }
         }
     }
 
@@ -706,8 +731,10 @@ impl Interface {
         this.mcast.open();
         this.up.store(true, Ordering::Release);
         if this.on_infiniband() {
-            // The broadcast group first; the carrier comes on once it is joined.
+            // The broadcast group first; the carrier comes on once it is joined. The
+            // address may have missed a GID change while the interface was down.
             let _ = workqueue::system().enqueue::<_, MCAST_WORK>(this.clone());
+            let _ = workqueue::system().enqueue::<_, RTNL_WORK>(this.clone());
         }
         this.schedule_neigh_gc();
         if let Some(cm) = &this.cm {
@@ -744,7 +771,7 @@ impl Interface {
         self.resolve_work.flush();
         self.mcast_work.flush();
         while self.mcast_retry.flush() {}
-        self.mtu_work.flush();
+        self.rtnl_work.flush();
         self.ud.flush_work();
         self.port_work.flush();
         while self.neigh_gc.flush() {}
@@ -799,7 +826,7 @@ impl_has_work! {
     impl HasWork<Self, MCAST_WORK> for Interface { self.mcast_work }
     impl HasWork<Self, PORT_WORK> for Interface { self.port_work }
     impl HasWork<Self, STALL_WORK> for Interface { self.stall_work }
-    impl HasWork<Self, MTU_WORK> for Interface { self.mtu_work }
+    impl HasWork<Self, RTNL_WORK> for Interface { self.rtnl_work }
 }
 
 impl_has_delayed_work! {
@@ -832,11 +859,11 @@ impl WorkItem<MCAST_WORK> for Interface {
     }
 }
 
-impl WorkItem<MTU_WORK> for Interface {
+impl WorkItem<RTNL_WORK> for Interface {
     type Pointer = Arc<Interface>;
 
     fn run(this: Arc<Interface>) {
-        this.lower_mtu();
+        this.apply_under_rtnl();
     }
 }
 

@@ -41,6 +41,7 @@ mod fabric;
 mod interface;
 mod ipoib_cm;
 mod ipoib_ud;
+mod local_gid;
 mod mcast;
 mod neigh;
 mod netdev;
@@ -166,7 +167,7 @@ impl Ports {
             let pkey_matches = (interface.pkey() ^ request.pkey) & !wire::PKEY_FULL_MEMBER == 0;
             let gid_matches = request
                 .gid
-                .map_or(true, |gid| gid.0 == interface.local.gid().0);
+                .map_or(true, |gid| gid.0 == interface.local().gid().0);
             if !pkey_matches || !gid_matches || addr.is_some_and(|a| !dev.has_address(a)) {
                 return;
             }
@@ -306,7 +307,7 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
     let interface = Interface::new(device, port, &facts, &napi, &ctx.sa_client, maker)?;
     let mut netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
-        interface.local.as_bytes(),
+        interface.local().as_bytes(),
         interface.clone(),
         Some(&napi),
         netdev::configure(&interface),
@@ -317,7 +318,7 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
         device.name(),
         port,
         netdev.device().name(),
-        interface.local,
+        interface.local(),
         if interface.connected() {
             "connected"
         } else {

@@ -11,6 +11,7 @@
 
 use crate::{
     cq::CqEvents,
+    local_gid::LocalGid,
     partition::PartitionIndex,
     rx,
     send_credits::SendCredits,
@@ -64,7 +65,7 @@ pub(crate) struct UdConfig {
     /// Largest IPoIB payload of a datagram (the IB MTU less the encapsulation header).
     pub(crate) mtu: u32,
     /// Our GID and LID, and the broadcast group's GID: they tell received datagrams apart.
-    pub(crate) gid: wire::Gid,
+    pub(crate) gid: Arc<LocalGid>,
     pub(crate) lid: u16,
     pub(crate) broadcast: wire::Gid,
 }
@@ -83,7 +84,7 @@ pub(crate) struct UdDatapath {
     /// if smaller.
     mtu: AtomicU32,
     recv_ring: u32,
-    gid: wire::Gid,
+    gid: Arc<LocalGid>,
     /// Our LID (InfiniBand; 0 on RoCE), changed by port events.
     lid: AtomicU32,
     /// The Q_Key of our datagrams, and of those we accept: the broadcast group's.
@@ -387,7 +388,7 @@ impl UdDatapath {
         let grh = &buf.as_slice()[..UD_GRH_LEN];
         if wc.src_qp() == self.qp.qp_num()
             && wc.slid() == self.lid.load(Ordering::Relaxed)
-            && (!wc.has_grh() || grh[16..24] == self.gid.0[8..])
+            && (!wc.has_grh() || grh[16..24] == self.gid.interface_id())
         {
             return;
         }

@@ -22,6 +22,7 @@
 use crate::{
     debugfs::{write_group, GidText},
     fabric::{SaOwner, SaPort},
+    local_gid::LocalGid,
     path::GID_INDEX,
     sa_group::{Progress, SaGroup},
     stats::{bump, now_ms, Counters},
@@ -229,14 +230,15 @@ fn rdma_gid(g: &Gid) -> device::Gid {
 /// partition its joins name.
 pub(crate) struct SaJoiner {
     pub(crate) sa: Arc<SaPort>,
-    pub(crate) port_gid: Gid,
+    pub(crate) port_gid: Arc<LocalGid>,
     pub(crate) pkey: u16,
 }
 
 impl SaJoiner {
     /// The join of `mgid` as `state`.
     fn record(&self, mgid: &Gid, state: JoinState) -> McMemberRecord {
-        McMemberRecord::ib_join(&rdma_gid(mgid), &rdma_gid(&self.port_gid), self.pkey, state)
+        let port_gid = rdma_gid(&self.port_gid.get());
+        McMemberRecord::ib_join(&rdma_gid(mgid), &port_gid, self.pkey, state)
     }
 }
 

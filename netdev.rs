@@ -389,7 +389,7 @@ impl ChildInterface for Interface {
     }
 
     fn hw_addr(&self) -> HwAddr {
-        self.local
+        self.local()
     }
 
     fn configure(&self) -> impl FnOnce(&mut Setup) -> Result {

@@ -17,6 +17,7 @@ use crate::{
     debugfs::{write_group, GidText},
     fabric::{Answer, Answered, PathLookup, SaOwner, SaPort},
     ipoib_ud::UdDatapath,
+    local_gid::LocalGid,
     neigh::{self, Neighbours, Route},
     stats::{bump, now_ms, Counters},
     wire::{self, Gid, HwAddr, HWADDR_LEN},
@@ -50,14 +51,14 @@ pub(crate) struct PathResolver {
     /// The subnet administrator to ask (InfiniBand); `None` on RoCE.
     sa: Option<Arc<SaPort>>,
     /// Our GID and partition: paths start there.
-    sgid: Gid,
+    sgid: Arc<LocalGid>,
     pkey: u16,
 }
 
 impl PathResolver {
     /// The resolver of an interface on `port` with GID `sgid` in partition `pkey`, asking
     /// `sa` (an InfiniBand port) or deriving routes from GIDs (RoCE, without).
-    pub(crate) fn new(port: u32, sa: Option<Arc<SaPort>>, sgid: Gid, pkey: u16) -> Self {
+    pub(crate) fn new(port: u32, sa: Option<Arc<SaPort>>, sgid: Arc<LocalGid>, pkey: u16) -> Self {
         Self {
             port,
             sa,
@@ -98,7 +99,7 @@ impl PathResolver {
     ) -> Result<(PathRecord, GidAttr)> {
         let sgid = GidAttr::get(device, self.port, GID_INDEX)?;
         let path = match &self.sa {
-            Some(sa) => sa.path(&self.sgid, dest, self.pkey)?,
+            Some(sa) => sa.path(&self.sgid.get(), dest, self.pkey)?,
             None => PathRecord::roce_v2_link_local(&sgid.gid(), &device::Gid(dest.0), mtu)?,
         };
         Ok((path, sgid))
@@ -302,7 +303,8 @@ impl Paths {
             queries.push(None, GFP_KERNEL)?;
         }
         let answer = Answer::new(Some((owner.clone(), Answered::Path)))?;
-        let query = sa.query_path(&self.resolver.sgid, gid, self.resolver.pkey, answer.clone())?;
+        let sgid = self.resolver.sgid.get();
+        let query = sa.query_path(&sgid, gid, self.resolver.pkey, answer.clone())?;
         if let Some(slot) = queries.iter_mut().find(|s| s.is_none()) {
             *slot = Some(PendingPath {
                 gid: *gid,

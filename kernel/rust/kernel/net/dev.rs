@@ -69,6 +69,25 @@ impl NetDevice {
         to_result(unsafe { bindings::dev_set_mtu(self.as_raw(), mtu) })
     }
 
+    /// Changes the hardware address, as a driver whose address follows its hardware does
+    /// (C: `dev_addr_set`, then the `NETDEV_CHANGEADDR` notification, so that neighbours
+    /// and listeners learn it). `EINVAL` unless `addr` has the device's address length.
+    pub fn set_address(&self, _rtnl: &Rtnl, addr: &[u8]) -> Result {
+        if addr.len() != self.addr_len() {
+            return Err(EINVAL);
+        }
+        // SAFETY: The device is valid, RTNL is held, and `addr` has `addr_len` bytes.
+        unsafe { bindings::dev_addr_set(self.as_raw(), addr.as_ptr()) };
+        // SAFETY: The device is valid and RTNL is held, as the notifier chain requires.
+        unsafe {
+            bindings::call_netdevice_notifiers(
+                bindings::netdev_cmd_NETDEV_CHANGEADDR as _,
+                self.as_raw(),
+            )
+        };
+        Ok(())
+    }
+
     /// The current MTU.
     pub fn mtu(&self) -> u32 {
         // SAFETY: The device is valid; `mtu` is an aligned word, read as `READ_ONCE` does.

@@ -3,15 +3,16 @@
 # Our driver on both hosts of the InfiniBand fabric (rxe_ib on eth0, opensm on the server),
 # through what the subnet manager does to it: loaded before any SM runs (no carrier, joins
 # failing and counted), brought up when opensm starts; datagram and connected mode; an
-# rdma_cm listener on ib0's address; a path to nobody (the failed query counted); children
-# on 0x8001 and on a P_Key the SM adds later; opensm restarted (client reregister) and
-# restarted with other LIDs. Nothing is reloaded or re-created along the way. Run on both
+# rdma_cm listener on ib0's address; a path to nobody (the failed query counted); umcast;
+# children on 0x8001 and on a P_Key the SM adds later (with a smaller group MTU); opensm
+# restarted (client reregister), restarted with other LIDs, and with another subnet prefix
+# (new GIDs, new addresses). Nothing is reloaded or re-created along the way. Run on both
 # hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
 two_hosts_roles
-ktap_set_plan 19
+ktap_set_plan 21
 trap 'opensm_stop' EXIT
 klog_mark
 
@@ -210,6 +211,33 @@ resumed() {
 	! grep -q "DLID:     0x000[12]$" /sys/kernel/debug/ipoib/ib0_path
 }
 ipoib_check "$role: traffic resumes over paths to the new LIDs" resumed
+
+# --- opensm restarted with another subnet prefix: the port's GID changes, and with it
+# ib0's address (C: the address follows the GID unless set by hand).
+both_at 7220
+klog_mark
+old_addr=$(cat /sys/class/net/ib0/address)
+if [ "$role" = server ]; then
+	opensm_stop
+	echo "subnet_prefix 0xfec0000000000000" >/tmp/opensm-prefix.conf
+	opensm_start -F /tmp/opensm-prefix.conf
+fi
+new_gid() {
+	wait_for 90 eval 'ib_port gids/0 | grep -q "^fec0:"' || { ib_port gids/0; return 1; }
+	wait_for 30 eval 'grep -q "^80:00:00:..:fe:c0:" /sys/class/net/ib0/address' ||
+		{ cat /sys/class/net/ib0/address; return 1; }
+	echo "address $old_addr -> $(cat /sys/class/net/ib0/address)"
+	klog_since | grep "(the port's GID changed)" && wait_for 60 carrier
+}
+ipoib_check "$role: opensm with subnet prefix fec0::/64: the GID changes, ib0's address follows" new_gid
+both_at 7221
+new_neigh() {
+	ip neigh flush dev ib0
+	wait_for 60 ping -c 1 -W 1 "$ib_peer" || return 1
+	ip neigh show dev ib0 "$ib_peer"
+	ip neigh show dev ib0 "$ib_peer" | grep -q "fe:c0:00:00:00:00:00:00:50:54:00:ff:ff"
+}
+ipoib_check "$role: traffic resumes; ARP gives the peer's address with its new GID" new_neigh
 
 both_at 7217
 pkill netserver
