@@ -265,6 +265,15 @@ pub(crate) struct SyncReport {
 }
 
 impl SyncReport {
+    /// Hands the paths the handle `made` for group `mgid`, or, without one, has its packets
+    /// dropped.
+    fn give(&mut self, mgid: Gid, made: Result<Arc<AddressHandle>>) {
+        let _ = match made {
+            Ok(ah) => self.handles.push((mgid, ah), GFP_KERNEL),
+            Err(_) => self.unreachable.push(mgid, GFP_KERNEL),
+        };
+    }
+
     fn retry(&mut self, at: Option<i64>) {
         if let Some(at) = at {
             self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
@@ -643,14 +652,7 @@ impl Multicast {
                 }
             });
             if let Some(rec) = joined {
-                match handle(&rec) {
-                    Ok(ah) => {
-                        let _ = report.handles.push((*mgid, ah), GFP_KERNEL);
-                    }
-                    Err(_) => {
-                        let _ = report.unreachable.push(*mgid, GFP_KERNEL);
-                    }
-                }
+                report.give(*mgid, handle(&rec));
                 continue;
             }
             let mut groups = self.sa_groups.lock();
@@ -689,14 +691,7 @@ impl Multicast {
                 Err(e) => Progress::Failed(e),
             };
             match progress {
-                Progress::Joined(rec) => match handle(&rec) {
-                    Ok(ah) => {
-                        let _ = report.handles.push((*g.mgid(), ah), GFP_KERNEL);
-                    }
-                    Err(_) => {
-                        let _ = report.unreachable.push(*g.mgid(), GFP_KERNEL);
-                    }
-                },
+                Progress::Joined(rec) => report.give(*g.mgid(), handle(&rec)),
                 Progress::Failed(_) => {
                     // Its packets go; a later packet asks again (as in C).
                     bump(&self.counters.mcast_join_failures, 1);
