@@ -18,6 +18,17 @@
 # profile of both hosts during TCP_RR (busy samples by module and function), written to
 # bench/results/profile.txt, with the RC retransmissions of connected-mode UDP streams at
 # Ethernet MTU 1500 and 9000. IPOIB_RS_PROFILE_SECS sets each run's time (default 20).
+#        scripts/bench.sh --vs-c [--from LOGDIR]
+# --vs-c: two guests on the InfiniBand fabric (two-hosts-ib), ours against the C ipoib on
+# the same link in the same run (two_hosts_ib_bench.sh): each run measures the in-kernel
+# reference (raw RC and UD streams through the kernel verbs, rdma_rs_selftest's stream
+# mode), then C on both guests, then ours on both, in datagram mode and in connected mode
+# at MTU 65520 (netperf TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM at the MTU, four TCP
+# streams, with both hosts' CPU). Prints both drivers' medians with their spread and the
+# number of runs behind them, the Rust/C ratio of each figure over the paired runs, and
+# each driver's TCP_STREAM over the reference; writes bench/results/vs-c.json (keys
+# rust_to_c_<mode>_<test>) and bench/results/vs-c.png. Failed measurements are listed and
+# counted, and make the exit status non-zero.
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
@@ -107,6 +118,45 @@ if [ "${1:-}" = --profile ]; then
 	done
 	echo "wrote $dest/profile.txt"
 	echo "logs: $logs"
+	exit $rc
+fi
+if [ "${1:-}" = --vs-c ]; then
+	if [ "${2:-}" = --from ]; then
+		logs=${3:?usage: bench.sh --vs-c --from LOGDIR}
+	else
+		run_guests vs-c two-hosts-ib two_hosts_ib_bench.sh 3000 "ipoibrs.benchruns=$runs"
+	fi
+	lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
+	[ -n "$lines" ] || die "no figures in $logs/host1.results"
+	mkdir -p "$dest"
+	failed=0
+	echo "$lines" | awk -v json="$dest/vs-c.json" -v dat="$dest/vs-c.dat" \
+		-v when="$(date -u +%FT%TZ)" -v logs="$(basename "$logs")" -f "$REPO/scripts/vs-c.awk" ||
+		failed=$?
+	echo "wrote $dest/vs-c.json"
+	if command -v gnuplot >/dev/null; then
+		gnuplot <<EOF
+set terminal pngcairo size 1000,560 noenhanced font ",10"
+set output "$dest/vs-c.png"
+set title "ipoib-rs against the C ipoib on one rxe_ib fabric under TCG: Rust / C, median of paired runs (bars: min..max)"
+set style data histograms
+set style histogram errorbars gap 1 lw 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set xtics rotate by -30
+set grid ytics
+set yrange [0:*]
+set ylabel "above 1: ours better"
+set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lw 2
+plot "$dest/vs-c.dat" using 2:3:4:xtic(1) title "throughput (1 / latency for TCP_RR)", "" using 5:6:7 title "client CPU (C / Rust)", "" using 8:9:10 title "server CPU (C / Rust)"
+EOF
+		echo "wrote $dest/vs-c.png"
+	else
+		echo "gnuplot not installed: no chart"
+	fi
+	rm -f "$dest/vs-c.dat"
+	echo "logs: $logs"
+	[ "$failed" = 0 ] || { echo "bench.sh: measurements failed (counted above)"; rc=1; }
 	exit $rc
 fi
 if [ "${1:-}" = --from ]; then

@@ -40,6 +40,7 @@ module! {
 }
 
 mod ipoib_intruder;
+mod verbs_stream;
 
 kernel::module_param!(
     /// The UD QPN of an ib_ipoib interface on rxe1 to attack instead of the usual checks.
@@ -59,6 +60,56 @@ kernel::module_param!(
     u32,
     0,
     "With ipoib_qpn: open this many connections to the interface, one message on each, kept until unloaded"
+);
+
+kernel::module_param!(
+    /// A stream of the benchmark's in-kernel reference instead of the checks.
+    STREAM,
+    "rdma_rs_selftest",
+    "stream",
+    u32,
+    0,
+    "Receive (or, with stream_guid_hi/lo, send) a raw verbs stream on ibp0 instead of the checks: 1 RC, 2 UD"
+);
+
+kernel::module_param!(
+    /// The upper half of the stream receiver's port GUID.
+    STREAM_GUID_HI,
+    "rdma_rs_selftest",
+    "stream_guid_hi",
+    u32,
+    0,
+    "With stream: the upper 32 bits of the receiver's port GUID (makes this host the sender)"
+);
+
+kernel::module_param!(
+    /// The lower half of the stream receiver's port GUID.
+    STREAM_GUID_LO,
+    "rdma_rs_selftest",
+    "stream_guid_lo",
+    u32,
+    0,
+    "With stream: the lower 32 bits of the receiver's port GUID"
+);
+
+kernel::module_param!(
+    /// The UD stream receiver's queue pair.
+    STREAM_QPN,
+    "rdma_rs_selftest",
+    "stream_qpn",
+    u32,
+    0,
+    "With stream=2 and a GUID: the receiver's UD QPN (it logs it)"
+);
+
+kernel::module_param!(
+    /// How long the sender sends.
+    STREAM_SECS,
+    "rdma_rs_selftest",
+    "stream_secs",
+    u32,
+    5,
+    "With stream and a GUID: seconds to send (default 5)"
 );
 
 const OWNER: &CStr = c_str!("rdma_rs_selftest");
@@ -919,6 +970,24 @@ impl kernel::Module for VerbsSelftest {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         pr_info!("TAP version 13\n");
         let mut report = Report { n: 0, failed: 0 };
+        let stream = match STREAM.get() {
+            1 => Some(verbs_stream::Kind::Rc),
+            2 => Some(verbs_stream::Kind::Ud),
+            _ => None,
+        };
+        if let Some(kind) = stream {
+            let guid = u64::from(STREAM_GUID_HI.get()) << 32 | u64::from(STREAM_GUID_LO.get());
+            let peer = (guid != 0).then(|| verbs_stream::Peer {
+                guid,
+                qpn: STREAM_QPN.get(),
+                secs: STREAM_SECS.get(),
+            });
+            verbs_stream::run(kind, peer);
+            return Ok(Self {
+                _crowd: None,
+                _rename_watch: None,
+            });
+        }
         let qpn = IPOIB_QPN.get();
         let peers = IPOIB_PEERS.get();
         let mut crowd = None;

@@ -296,6 +296,14 @@ opensm_stop() {
 	wait "$OPENSM_PID" 2>/dev/null
 	OPENSM_PID=
 }
+# ib_fabric_up: the fabric from a fresh boot: IB_DEV on eth0, opensm on the server, the port
+# ACTIVE after its sweep (a rendezvous on port 7101 first, so that both links are up).
+ib_fabric_up() {
+	ib_fabric_topology || return 1
+	both_at 7101
+	[ "$role" = server ] && opensm_start
+	wait_for 90 ib_port_is ACTIVE && echo "LID 0x$(ib_lid), state $(ib_port state)"
+}
 # both_at PORT [SECONDS]: a rendezvous of the two hosts over eth0.
 both_at() {
 	if [ "$role" = server ]; then

@@ -1,0 +1,180 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Benchmark, not a test: scripts/bench.sh --vs-c runs it with IPOIB_BENCH_RUNS set; without
+# it the program skips. Our driver against the upstream C ipoib on the same InfiniBand
+# fabric (rxe_ib on eth0 of both hosts, opensm on the server), in the same run: each run
+# loads C on both hosts, then ours on both (C, Rust, C, Rust, ...), so that drift hits
+# both, and measures in datagram mode and in connected mode at MTU 65520: netperf
+# TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM with datagrams at the MTU, and four TCP
+# streams at once, with the CPU both hosts spent. The client prints one line per
+# measurement:
+#   BENCH <driver> <mode> <test> <run> <value> <unit> <client CPU> <server CPU> <CPU unit>
+# (Mbit/s and CPU seconds per MB moved, or the latency of a TCP_RR transaction in us and
+# CPU us per transaction), or BENCH <driver> <mode> <test> <run> failed <why>.
+. "$(dirname "$0")/lib.sh"
+
+RUNS=${IPOIB_BENCH_RUNS:-}
+SECS=5
+
+ktap_print_header
+two_hosts_roles IPOIB_BENCH_RUNS "a benchmark: scripts/bench.sh --vs-c runs it"
+ktap_set_plan $((2 + RUNS * 6))
+trap 'opensm_stop' EXIT
+klog_mark
+START_MARK=$KLOG_MARK START_FIRST=$KLOG_FIRST
+
+ipoib_check "$role: fabric up: port ACTIVE under opensm" ib_fabric_up
+[ "$role" = server ] && netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+
+# netperf_cpu TEST [OPTIONS]: one netperf run toward the peer's ib0 with the CPU use of both
+# hosts: "throughput,client util %,server util %,client CPUs,server CPUs".
+netperf_cpu() {
+	local t=$1
+	shift
+	timeout 90 netperf -H "$ib_peer" -t "$t" -l "$SECS" -c -C -P 0 -- "$@" \
+		-o THROUGHPUT,LOCAL_CPU_UTIL,REMOTE_CPU_UTIL,LOCAL_CPU_COUNT,REMOTE_CPU_COUNT | tail -n 1
+}
+# four_streams: four TCP_STREAMs at once; their throughputs summed, CPU use averaged (each
+# run sees the whole host's).
+four_streams() {
+	local i
+	for i in 1 2 3 4; do netperf_cpu TCP_STREAM -m 65536 >"/tmp/np$i" & done
+	wait
+	cat /tmp/np1 /tmp/np2 /tmp/np3 /tmp/np4 | awk -F, '
+		NF == 5 { n++; t += $1; lu += $2; ru += $3; lc = $4; rc = $5 }
+		END { if (n == 4) printf "%f,%f,%f,%d,%d\n", t, lu / n, ru / n, lc, rc }'
+}
+# measure DRIVER MODE TEST RUN COMMAND...: runs COMMAND (a netperf_cpu line) and prints the
+# BENCH line, or a failed one (no figure, or a figure of 0).
+measure() {
+	local drv=$1 mode=$2 test=$3 run=$4 out
+	shift 4
+	out=$("$@" 2>&1)
+	echo "$out" | awk -F, -v head="BENCH $drv $mode $test $run" -v rr="$([ "$test" = tcp_rr ] && echo 1)" '
+		END {
+			if (NF != 5 || $1 !~ /^[0-9.]+$/ || $1 <= 0) {
+				gsub(/[^[:alnum:] ._:-]/, " "); print head " failed " (NF ? $0 : "no output"); exit 1
+			}
+			if (rr) # a transaction rate: its latency, and CPU us per transaction
+				printf "%s %.2f us %.2f %.2f us/tran\n", head, 1e6 / $1,
+					$2 / 100 * $4 * 1e6 / $1, $3 / 100 * $5 * 1e6 / $1
+			else # Mbit/s, and CPU seconds per MB (10^6 bytes) moved
+				printf "%s %.3f Mbit/s %.5f %.5f s/MB\n", head, $1,
+					$2 / 100 * $4 * 8 / $1, $3 / 100 * $5 * 8 / $1
+		}'
+}
+
+load() { # load DRIVER
+	if [ "$1" = rust ]; then modprobe "$MODULE"; else insmod "$C_IPOIB"; fi &&
+		wait_for 10 test -d /sys/class/net/ib0
+}
+# up DRIVER MODE: ib0 of DRIVER up in MODE (at MTU 65520 in connected mode), with carrier.
+up() {
+	load "$1" && echo "$2" >/sys/class/net/ib0/mode || return 1
+	[ "$2" = connected ] && { ip link set ib0 mtu 65520 || return 1; }
+	ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+		wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP'
+}
+# block DRIVER MODE RUN STEP: both hosts bring ib0 up with DRIVER in MODE; the client
+# measures; both unload. The hosts meet before and after, whatever failed.
+block() {
+	local drv=$1 mode=$2 run=$3 step=$4 mtu failed=0
+	up "$drv" "$mode" || failed=1
+	mtu=$(cat /sys/class/net/ib0/mtu 2>/dev/null)
+	both_at $((7200 + step * 2)) || return 1
+	if [ "$role" = client ]; then
+		# The path works, and in connected mode carries a whole datagram of the MTU.
+		[ "$failed" = 0 ] && wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
+			{ [ "$mode" = datagram ] ||
+				ping -c 1 -W 5 -M do -s $((mtu - 28)) "$ib_peer" >/dev/null; } || failed=1
+		if [ "$failed" = 1 ]; then
+			echo "BENCH $drv $mode all $run failed no path over ib0 (MTU ${mtu:-none})"
+		else
+			measure "$drv" "$mode" tcp_stream "$run" netperf_cpu TCP_STREAM -m 65536 || failed=1
+			measure "$drv" "$mode" tcp_maerts "$run" netperf_cpu TCP_MAERTS || failed=1
+			measure "$drv" "$mode" tcp_rr "$run" netperf_cpu TCP_RR || failed=1
+			measure "$drv" "$mode" udp_stream "$run" \
+				netperf_cpu UDP_STREAM -m $((mtu - 28)) || failed=1
+			measure "$drv" "$mode" tcp_4_streams "$run" four_streams || failed=1
+		fi
+	fi
+	both_at $((7201 + step * 2)) 600 || return 1
+	echo "$drv driver, $mode mode, MTU ${mtu:-none}"
+	rmmod "$MODULE" && [ "$failed" = 0 ]
+}
+
+SELFTEST=rdma_rs_selftest
+# cpu_busy: jiffies this host's CPUs spent busy so far (all but idle and iowait).
+cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+# send_peer PORT TEXT: hands TEXT to the peer's recv_peer PORT (which may start later).
+send_peer() { wait_for 60 eval "echo '$2' 2>/dev/null >/dev/tcp/\$peer/$1"; }
+recv_peer() { timeout "${2:-120}" nc -l -p "$1" </dev/null; }
+# stream_of NAME ROLE: "kbit/s bytes ms" of the STREAM line this host's module logged.
+stream_of() {
+	klog_since | sed -n "s/.*$SELFTEST: STREAM $1 $2 \([0-9]*\) kbit\/s \([0-9]*\) bytes \([0-9]*\) ms.*/\1 \2 \3/p" | tail -n 1
+}
+# verbs KIND NAME MODE RUN STEP: the in-kernel reference (rdma_rs_selftest's stream mode,
+# KIND 1 RC or 2 UD) from the client to the server; the client prints its BENCH line, with
+# the receiver's rate (what arrived) and both hosts' CPU seconds per MB.
+verbs() {
+	local kind=$1 name=$2 mode=$3 run=$4 port=$((7400 + $5 * 3)) b0 b1 guid qpn=0 got mine
+	klog_mark
+	b0=$(cpu_busy)
+	if [ "$role" = server ]; then
+		modprobe "$SELFTEST" stream="$kind" &
+		local pid=$!
+		if [ "$kind" = 2 ]; then
+			wait_for 30 eval 'klog_since | grep -q "stream: ud receiver qpn"'
+			qpn=$(klog_since | sed -n 's/.*stream: ud receiver qpn \(0x[0-9a-f]*\).*/\1/p' | tail -n 1)
+		else
+			wait_for 30 eval 'klog_since | grep -q "stream: rc receiver listening"'
+		fi
+		send_peer "$port" "$(ib_port_guid) $((qpn))"
+		wait "$pid"
+		b1=$(cpu_busy)
+		got=$(stream_of "$name" receiver)
+		echo "# receiver: ${got:-no figure}"
+		send_peer $((port + 1)) "${got:-failed} $((b1 - b0))"
+		rmmod "$SELFTEST"
+		[ -n "$got" ]
+		return
+	fi
+	read -r guid qpn < <(recv_peer "$port")
+	[ -n "$guid" ] || { echo "BENCH verbs $mode ${name}_stream $run failed no word from the receiver"; return 1; }
+	modprobe "$SELFTEST" stream="$kind" stream_guid_hi=$((0x${guid:0:8})) \
+		stream_guid_lo=$((0x${guid:8:8})) stream_qpn="$qpn" stream_secs="$SECS"
+	b1=$(cpu_busy)
+	mine=$(stream_of "$name" sender)
+	echo "# sender: ${mine:-no figure} ($(klog_since | grep -m 1 "STREAM $name" || echo no STREAM line))"
+	rmmod "$SELFTEST"
+	# The receiver's "kbit/s bytes ms busy", or "failed busy".
+	got=$(recv_peer $((port + 1)))
+	echo "$got $mine $((b1 - b0))" | awk -v head="BENCH verbs $mode ${name}_stream $run" '
+		# receiver: $1 kbit/s, $2 bytes, $3 ms, $4 busy jiffies; sender: $5..$7, $8
+		NF == 8 && $1 > 0 && $2 > 0 && $6 > 0 {
+			printf "%s %.3f Mbit/s %.5f %.5f s/MB\n", head, $1 / 1000, $8 / 100 / ($6 / 1e6), $4 / 100 / ($2 / 1e6)
+			exit 0
+		}
+		{ print head " failed receiver: " $0; exit 1 }'
+}
+
+step=0
+for run in $(seq "$RUNS"); do
+	ipoib_check "$role: run $run, in-kernel RC stream: measured" \
+		verbs 1 rc connected "$run" "$step"
+	ipoib_check "$role: run $run, in-kernel UD stream: measured" \
+		verbs 2 ud datagram "$run" "$step"
+	step=$((step + 1))
+	for drv in c rust; do
+		for mode in datagram connected; do
+			ipoib_check "$role: run $run, $drv driver, $mode mode: measured" \
+				block "$drv" "$mode" "$run" "$step"
+			module_loaded && rmmod "$MODULE"
+			step=$((step + 1))
+		done
+	done
+done
+[ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
+KLOG_MARK=$START_MARK KLOG_FIRST=$START_FIRST
+ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
+ktap_finished
