@@ -28,7 +28,9 @@
 # number of runs behind them, the Rust/C ratio of each figure over the paired runs, and
 # each driver's TCP_STREAM over the reference; writes bench/results/vs-c.json (keys
 # rust_to_c_<mode>_<test>) and bench/results/vs-c.png. Failed measurements are listed and
-# counted, and make the exit status non-zero.
+# counted, and make the exit status non-zero. With IPOIB_RS_PROFILE_SECS set, each driver's
+# TCP_STREAM in each mode is then profiled on both guests (perf, as --profile does), written
+# to bench/results/vs-c-profile.txt.
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
@@ -52,6 +54,34 @@ run_guests() {
 		IPOIB_RS_GUEST_ARGS=${5:-${IPOIB_RS_GUEST_ARGS:-}} \
 		"$REPO/scripts/vm.sh" "$2" "$3" || rc=$?
 	logs=$OUT/logs/$run
+}
+
+# demangled_prof LOGDIR: the PROF lines of both guests' results, with Rust names made
+# readable by rustfilt (installed on first use).
+demangled_prof() {
+	if ! "$TOOLS/bin/rustfilt" --version >/dev/null 2>&1; then
+		log "cargo install rustfilt $RUSTFILT_VERSION"
+		cargo +"$RUST_VERSION" install --locked --quiet --root "$TOOLS" \
+			rustfilt --version "$RUSTFILT_VERSION" || log "no rustfilt: Rust names stay mangled"
+	fi
+	grep -ah '^# PROF ' "$1"/host*.results | sed 's/^# //' |
+		if [ -x "$TOOLS/bin/rustfilt" ]; then "$TOOLS/bin/rustfilt"; else cat; fi
+}
+# print_prof MODES: for each profiled mode and role, the busy share, modules, kinds of work
+# and top functions of the PROF lines in $prof.
+print_prof() {
+	local mode role
+	for mode in "$@"; do
+		for role in client server; do
+			echo
+			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "busy" { printf "%s, %s: busy %s%% of samples; by module:\n", m, r, $5 }'
+			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "dso" && $5 >= 1 { printf "  %6.1f%%  %s\n", $5, $6 }'
+			echo "  by kind of work:"
+			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "kind" { printf "  %6.1f%%  %s\n", $5, $6 }'
+			echo "  top functions:"
+			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "sym" { n++; if (n <= 12) { s = $6; for (i = 7; i <= NF; i++) s = s " " $i; printf "  %6.1f%%  %s\n", $5, s } }'
+		done
+	done
 }
 
 if [ "${1:-}" = --scaling ]; then
@@ -87,14 +117,8 @@ if [ "${1:-}" = --profile ]; then
 			"ipoibrs.profilesecs=${IPOIB_RS_PROFILE_SECS:-20}"
 	fi
 	# Rust symbols are mangled in the kernel's symbol table: rustfilt makes them readable.
-	if ! "$TOOLS/bin/rustfilt" --version >/dev/null 2>&1; then
-		log "cargo install rustfilt $RUSTFILT_VERSION"
-		cargo +"$RUST_VERSION" install --locked --quiet --root "$TOOLS" \
-			rustfilt --version "$RUSTFILT_VERSION" || log "no rustfilt: Rust names stay mangled"
-	fi
-	demangle() { if [ -x "$TOOLS/bin/rustfilt" ]; then "$TOOLS/bin/rustfilt"; else cat; fi; }
 	lat=$(grep -ah '^# LAT ' "$logs"/host*.results | sed 's/^# //' || true)
-	prof=$(grep -ah '^# PROF ' "$logs"/host*.results | sed 's/^# //' | demangle || true)
+	prof=$(demangled_prof "$logs" || true)
 	[ -n "$lat" ] && [ -n "$prof" ] || die "no figures in $logs"
 	mkdir -p "$dest"
 	{
@@ -105,17 +129,7 @@ if [ "${1:-}" = --profile ]; then
 		echo "$prof"
 	} >"$dest/profile.txt"
 	echo "$lat" | awk '{ printf "%-28s %10s %s\n", $2, $3, $4 }'
-	for mode in datagram connected; do
-		for role in client server; do
-			echo
-			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "busy" { printf "%s mode, %s: busy %s%% of samples; by module:\n", m, r, $5 }'
-			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "dso" && $5 >= 1 { printf "  %6.1f%%  %s\n", $5, $6 }'
-			echo "  by kind of work:"
-			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "kind" { printf "  %6.1f%%  %s\n", $5, $6 }'
-			echo "  top functions:"
-			echo "$prof" | awk -v m="$mode" -v r="$role" '$2 == m && $3 == r && $4 == "sym" { n++; if (n <= 12) { s = $6; for (i = 7; i <= NF; i++) s = s " " $i; printf "  %6.1f%%  %s\n", $5, s } }'
-		done
-	done
+	print_prof datagram connected
 	echo "wrote $dest/profile.txt"
 	echo "logs: $logs"
 	exit $rc
@@ -124,18 +138,21 @@ if [ "${1:-}" = --vs-c ]; then
 	if [ "${2:-}" = --from ]; then
 		logs=${3:?usage: bench.sh --vs-c --from LOGDIR}
 	else
-		run_guests vs-c two-hosts-ib two_hosts_ib_bench.sh 3000 "ipoibrs.benchruns=$runs"
+		run_guests vs-c two-hosts-ib two_hosts_ib_bench.sh 3000 \
+			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}"
 	fi
 	lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
-	[ -n "$lines" ] || die "no figures in $logs/host1.results"
+	prof=$(grep -qa '^# PROF ' "$logs"/host*.results && demangled_prof "$logs" || true)
+	[ -n "$lines" ] || [ -n "$prof" ] || die "no figures in $logs"
 	mkdir -p "$dest"
 	failed=0
-	echo "$lines" | awk -v json="$dest/vs-c.json" -v dat="$dest/vs-c.dat" \
-		-v when="$(date -u +%FT%TZ)" -v logs="$(basename "$logs")" -f "$REPO/scripts/vs-c.awk" ||
-		failed=$?
-	echo "wrote $dest/vs-c.json"
-	if command -v gnuplot >/dev/null; then
-		gnuplot <<EOF
+	if [ -n "$lines" ]; then
+		echo "$lines" | awk -v json="$dest/vs-c.json" -v dat="$dest/vs-c.dat" \
+			-v when="$(date -u +%FT%TZ)" -v logs="$(basename "$logs")" -f "$REPO/scripts/vs-c.awk" ||
+			failed=$?
+		echo "wrote $dest/vs-c.json"
+		if command -v gnuplot >/dev/null; then
+			gnuplot <<EOF
 set terminal pngcairo size 1000,560 noenhanced font ",10"
 set output "$dest/vs-c.png"
 set title "ipoib-rs against the C ipoib on one rxe_ib fabric under TCG: Rust / C, median of paired runs (bars: min..max)"
@@ -150,11 +167,21 @@ set ylabel "above 1: ours better"
 set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lw 2
 plot "$dest/vs-c.dat" using 2:3:4:xtic(1) title "throughput (1 / latency for TCP_RR)", "" using 5:6:7 title "client CPU (C / Rust)", "" using 8:9:10 title "server CPU (C / Rust)"
 EOF
-		echo "wrote $dest/vs-c.png"
-	else
-		echo "gnuplot not installed: no chart"
+			echo "wrote $dest/vs-c.png"
+		else
+			echo "gnuplot not installed: no chart"
+		fi
+		rm -f "$dest/vs-c.dat"
 	fi
-	rm -f "$dest/vs-c.dat"
+	if [ -n "$prof" ]; then
+		{
+			echo "# ipoib-rs against the C ipoib: TCP_STREAM profiles ($(date -u +%FT%TZ); logs $(basename "$logs"))"
+			echo "# PROF <driver>-<mode> role dso|kind|sym share name: % of busy (non-idle) perf samples"
+			echo "$prof"
+		} >"$dest/vs-c-profile.txt"
+		print_prof c-datagram rust-datagram c-connected rust-connected
+		echo "wrote $dest/vs-c-profile.txt"
+	fi
 	echo "logs: $logs"
 	[ "$failed" = 0 ] || { echo "bench.sh: measurements failed (counted above)"; rc=1; }
 	exit $rc

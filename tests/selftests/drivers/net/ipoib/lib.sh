@@ -316,3 +316,52 @@ both_at() {
 rxe_counter() {
 	rdma statistic show link "$IB_DEV/1" | tr ' ' '\n' | awk -v n="$1" 'hit { print; exit } $0 == n { hit = 1 }'
 }
+
+# Profiles. Functions of the idle loop: samples in them are not work.
+PERF_IDLE='idle|safe_halt|cpuidle|mwait|poll_idle|do_idle'
+
+# perf_report MODE FILE: the profile's busy samples by module, by kind of work and by
+# function, as PROF lines (PROF MODE ROLE ...; role set by two_hosts_roles).
+perf_report() {
+	local mode=$1 file=$2
+	perf report -i "$file" --stdio -q --sort dso,sym --percent-limit 0 2>/dev/null |
+		awk -v mode="$mode" -v role="$role" -v idle="$PERF_IDLE" '
+		# The kind of work a function does, by its module and name.
+		function kind(dso, sym) {
+			if (dso == "[ib_ipoib]") return "ib_ipoib"
+			if (dso !~ /^\[kernel/) return "user-space"
+			if (sym ~ /^rxe_|^rxe/) return "soft-RoCE"
+			if (sym ~ /^ib_|^rdma_|^cm_|^mad|^ib_mad/) return "RDMA-core"
+			if (sym ~ /virtnet|virtio|vring|^vp_/) return "virtio-NIC"
+			if (sym ~ /lock|rcu|irq|softirq|_bh/) return "locks-irqs-softirqs"
+			if (sym ~ /sched|switch|schedule|task|wake|^__sched|idle_|pick_next/) return "scheduler"
+			if (sym ~ /^tcp|^__tcp|^ip_|^__ip|^ip6|^ipv6|^udp|^__udp|^inet|^raw|^icmp|^arp|^neigh|^__neigh|^fib/) return "TCP-IP"
+			if (sym ~ /^dev_|^__dev_|^netif|^__netif|^napi|^__napi|^net_|^skb|^__skb|^kfree_skb|^consume_skb|^sk_|^__sk_|^sock|^__sock|^nf_|^sch_|^qdisc|^__qdisc|^eth_|^validate_xmit/) return "net-core"
+			return "other-kernel"
+		}
+		$1 ~ /%$/ {
+			pct = $1 + 0; dso = $2; sym = $4
+			for (i = 5; i <= NF; i++) sym = sym " " $i
+			if (sym ~ idle) next
+			busy += pct; bydso[dso] += pct; bykind[kind(dso, sym)] += pct; bysym[sym " " dso] += pct
+		}
+		END {
+			if (busy == 0) exit 1
+			printf "PROF %s %s busy %.1f all\n", mode, role, busy
+			for (d in bydso) printf "PROF %s %s dso %.1f %s\n", mode, role, 100 * bydso[d] / busy, d | "sort -k5 -rn"
+			close("sort -k5 -rn")
+			for (k in bykind) printf "PROF %s %s kind %.1f %s\n", mode, role, 100 * bykind[k] / busy, k | "sort -k5 -rn"
+			close("sort -k5 -rn")
+			for (s in bysym) if (100 * bysym[s] / busy >= 0.2) printf "PROF %s %s sym %.1f %s\n", mode, role, 100 * bysym[s] / busy, s | "sort -k5 -rn"
+		}'
+}
+
+# perf_record MODE COMMAND...: a system-wide profile while COMMAND runs (cpu-clock samples:
+# TCG emulates no PMU), then its report.
+perf_record() {
+	local mode=$1
+	shift
+	perf record -a -e cpu-clock -F 499 -o "/tmp/perf.$mode" -- "$@" >/tmp/perf.out 2>&1 ||
+		{ cat /tmp/perf.out; return 1; }
+	perf_report "$mode" "/tmp/perf.$mode"
+}

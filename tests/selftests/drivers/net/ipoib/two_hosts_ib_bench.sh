@@ -15,10 +15,15 @@
 
 RUNS=${IPOIB_BENCH_RUNS:-}
 SECS=5
+# With IPOIB_PROFILE_SECS, each driver's TCP_STREAM of each mode is then profiled (perf on
+# both hosts, PROF lines as in two_hosts_profile.sh, the mode named <driver>-<mode>).
+PROFILE_SECS=${IPOIB_PROFILE_SECS:-}
 
 ktap_print_header
 two_hosts_roles IPOIB_BENCH_RUNS "a benchmark: scripts/bench.sh --vs-c runs it"
-ktap_set_plan $((2 + RUNS * 6))
+plan=$((2 + RUNS * 6))
+[ -n "$PROFILE_SECS" ] && plan=$((plan + 4))
+ktap_set_plan "$plan"
 trap 'opensm_stop' EXIT
 klog_mark
 START_MARK=$KLOG_MARK START_FIRST=$KLOG_FIRST
@@ -83,10 +88,14 @@ block() {
 	mtu=$(cat /sys/class/net/ib0/mtu 2>/dev/null)
 	both_at $((7200 + step * 2)) || return 1
 	if [ "$role" = client ]; then
-		# The path works, and in connected mode carries a whole datagram of the MTU.
+		# The path works, and in connected mode carries a whole datagram of the MTU (no
+		# IPv4 fragment made).
+		local frags
+		frags=$(frag_creates)
 		[ "$failed" = 0 ] && wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
 			{ [ "$mode" = datagram ] ||
-				ping -c 1 -W 5 -M do -s $((mtu - 28)) "$ib_peer" >/dev/null; } || failed=1
+				{ ping -c 1 -W 5 -s $((mtu - 28)) "$ib_peer" >/dev/null &&
+					[ "$(frag_creates)" = "$frags" ]; }; } || failed=1
 		if [ "$failed" = 1 ]; then
 			echo "BENCH $drv $mode all $run failed no path over ib0 (MTU ${mtu:-none})"
 		else
@@ -174,6 +183,33 @@ for run in $(seq "$RUNS"); do
 		done
 	done
 done
+# profiled DRIVER MODE STEP: both hosts bring ib0 up with DRIVER in MODE; the client runs a
+# TCP_STREAM while both take a system-wide profile.
+profiled() {
+	local drv=$1 mode=$2 step=$3 failed=0
+	up "$drv" "$mode" || failed=1
+	both_at $((7200 + step * 2)) || return 1
+	if [ "$role" = server ]; then
+		perf_record "$drv-$mode" sleep $((PROFILE_SECS + 3)) || failed=1
+	else
+		sleep 1
+		[ "$failed" = 0 ] && wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
+			perf_record "$drv-$mode" netperf -H "$ib_peer" -t TCP_STREAM -l "$PROFILE_SECS" -P 0 \
+				-- -m 65536 -o THROUGHPUT || failed=1
+	fi
+	both_at $((7201 + step * 2)) 600 || return 1
+	rmmod "$MODULE" && [ "$failed" = 0 ]
+}
+if [ -n "$PROFILE_SECS" ]; then
+	for drv in c rust; do
+		for mode in datagram connected; do
+			ipoib_check "$role: $drv driver, $mode mode: TCP_STREAM profiled" \
+				profiled "$drv" "$mode" "$step"
+			module_loaded && rmmod "$MODULE"
+			step=$((step + 1))
+		done
+	done
+fi
 [ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
 KLOG_MARK=$START_MARK KLOG_FIRST=$START_FIRST
 ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
