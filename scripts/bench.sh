@@ -139,7 +139,7 @@ if [ "${1:-}" = --vs-c ]; then
 		logs=${3:?usage: bench.sh --vs-c --from LOGDIR}
 	else
 		run_guests vs-c two-hosts-ib two_hosts_ib_bench.sh 3000 \
-			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}"
+			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1}"
 	fi
 	lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
 	prof=$(grep -qa '^# PROF ' "$logs"/host*.results && demangled_prof "$logs" || true)

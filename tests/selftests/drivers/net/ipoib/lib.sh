@@ -324,7 +324,7 @@ PERF_IDLE='idle|safe_halt|cpuidle|mwait|poll_idle|do_idle'
 # function, as PROF lines (PROF MODE ROLE ...; role set by two_hosts_roles).
 perf_report() {
 	local mode=$1 file=$2
-	perf report -i "$file" --stdio -q --sort dso,sym --percent-limit 0 2>/dev/null |
+	perf report -i "$file" --stdio -q --no-children --sort dso,sym --percent-limit 0 2>/dev/null |
 		awk -v mode="$mode" -v role="$role" -v idle="$PERF_IDLE" '
 		# The kind of work a function does, by its module and name.
 		function kind(dso, sym) {
@@ -361,7 +361,12 @@ perf_report() {
 perf_record() {
 	local mode=$1
 	shift
-	perf record -a -e cpu-clock -F 499 -o "/tmp/perf.$mode" -- "$@" >/tmp/perf.out 2>&1 ||
-		{ cat /tmp/perf.out; return 1; }
+	perf record -a -e cpu-clock -F 499 ${IPOIB_PERF_GRAPH:+-g} -o "/tmp/perf.$mode" -- "$@" \
+		>/tmp/perf.out 2>&1 || { cat /tmp/perf.out; return 1; }
 	perf_report "$mode" "/tmp/perf.$mode"
+	# With IPOIB_PERF_GRAPH (call chains recorded): who spins on contended spinlocks.
+	[ -z "${IPOIB_PERF_GRAPH:-}" ] ||
+		perf report -i "/tmp/perf.$mode" --stdio --no-children -S queued_spin_lock_slowpath \
+			-g caller,0.5,callee,function,percent --percent-limit 0.5 2>/dev/null |
+		grep -v '^#' | grep . | head -n 120 | sed "s/^/LOCKS $mode $role /"
 }
