@@ -34,23 +34,25 @@ kernel::module_param!(
 );
 
 kernel::module_param!(
-    /// Send buffers of an interface.
+    /// Send buffers of an interface. The default is the C driver's: measured against it on
+    /// the same fabric, 64 cost datagram-mode TCP about a third of its throughput.
     pub(crate) SEND_QUEUE_SIZE,
     "ib_ipoib",
     "send_queue_size",
     u32,
-    64,
-    "Sends in flight per interface, datagram and connected mode together (default 64, 16..1024)"
+    128,
+    "Sends in flight per interface, datagram and connected mode together (default 128, as the C driver; 16..1024)"
 );
 
 kernel::module_param!(
-    /// Receive buffers of the UD queue pair and of the shared receive queue.
+    /// Receive buffers of the UD queue pair and of the shared receive queue. The default is
+    /// the C driver's: a datagram finding no buffer is lost, and TCP then backs off.
     pub(crate) RECV_QUEUE_SIZE,
     "ib_ipoib",
     "recv_queue_size",
     u32,
-    128,
-    "Receive buffers of the UD queue pair and of the connections' shared queue (default 128, 16..4096)"
+    256,
+    "Receive buffers of the UD queue pair and of the connections' shared queue (default 256, as the C driver; 16..4096)"
 );
 
 kernel::module_param!(

@@ -7,7 +7,7 @@
 //! receiver's port GUID) and, for UD, `stream_qpn` (the QPN the receiver logged), the module
 //! sends for `stream_secs` seconds instead. The shape is ib_ipoib's with its default
 //! parameters: RC messages of the connected-mode MTU (65520 bytes) into a shared receive
-//! queue, UD datagrams of the port's MTU, 64 sends in flight, 128 receive buffers,
+//! queue, UD datagrams of the port's MTU, 128 sends in flight, 256 receive buffers,
 //! completions taken on events (armed queue, wake-up), never by busy polling. Each side logs
 //! `STREAM <rc|ud> <sender|receiver> <kbit/s> kbit/s <bytes> bytes <ms> ms`, or
 //! `STREAM <rc|ud> <role> failed <error>`; the receiver's rate is the reference.
@@ -38,8 +38,8 @@ use kernel::{
 /// The port of the fabric the benchmark runs on (`rdma link add ibp0 type rxe_ib`).
 const DEVICE: &CStr = c_str!("ibp0");
 /// ib_ipoib's default `send_queue_size` and `recv_queue_size`.
-const SEND_DEPTH: u32 = 64;
-const RECV_DEPTH: u32 = 128;
+const SEND_DEPTH: u32 = 128;
+const RECV_DEPTH: u32 = 256;
 /// A connected-mode message: the largest IPoIB connected-mode MTU.
 const RC_MSG: usize = 65520;
 /// Space in front of a UD payload for the GRH.
