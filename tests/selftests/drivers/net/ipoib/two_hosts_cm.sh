@@ -56,9 +56,11 @@ cm_up() {
 	ifconfig ib0 mtu 65520 && [ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] &&
 		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
 		wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
-	# A real queue (not noqueue): a stopped device then holds packets instead of failing.
+	# A real queue (not noqueue): a stopped device then holds packets instead of failing;
+	# twice the send ring long, as C's.
 	ip link show ib0
-	ip link show ib0 | grep -q "qdisc pfifo_fast .*qlen 128"
+	ip link show ib0 |
+		grep -q "qdisc pfifo_fast .*qlen $((2 * $(cat /sys/module/$MODULE/parameters/send_queue_size)))$"
 }
 ipoib_check "$role: ib0 up with MTU 65520" cm_up
 ipoib_check "$role: ping $ib_peer over ib0" wait_for 60 ping -c 1 -W 1 "$ib_peer"
