@@ -52,6 +52,8 @@ function runs_of(key, drv, kind,   r, l) {
 		if ((key SUBSEP drv SUBSEP r SUBSEP kind) in fig) l = l " " fig[key, drv, r, kind]
 	return l
 }
+# The guests' results come through a serial console: lines may end in CR.
+{ sub(/\r$/, "") }
 $1 == "BENCH" {
 	drv = $2; mode = $3; test = $4; run = $5
 	if (run > maxrun) maxrun = run
