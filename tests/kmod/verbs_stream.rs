@@ -211,7 +211,6 @@ fn receive(
 /// takes one back), then waits for the last; the clock runs from the first post to the last
 /// completion.
 fn send(
-    cq: &CompletionQueue<Waiter>,
     host: &Host,
     len: usize,
     secs: u32,
@@ -227,7 +226,7 @@ fn send(
     let mut last = start;
     let until = i64::from(secs) * 1000;
     while in_flight > 0 {
-        let wc = wait(cq, 10_000).ok_or(EAGAIN)?;
+        let wc = wait(&host.send_cq, 10_000).ok_or(EAGAIN)?;
         let sent = complete(&wc).ok_or(EINVAL)?;
         in_flight -= 1;
         if wc.status() != WcStatus::Success {
@@ -391,7 +390,6 @@ fn rc_sender(peer: &Peer) -> Result<Tally> {
         return Err(EIO);
     }
     let tally = send(
-        &host.send_cq,
         &host,
         RC_MSG,
         peer.secs,
@@ -455,7 +453,6 @@ fn ud_sender(peer: &Peer) -> Result<Tally> {
     let len = ud_mtu(&host)?;
     let qp = ud_qp(&host)?;
     send(
-        &host.send_cq,
         &host,
         len,
         peer.secs,
