@@ -63,6 +63,26 @@ kernel::module_param!(
 );
 
 kernel::module_param!(
+    /// With `ipoib_qpn`: the upper half of the interface's port GUID on InfiniBand.
+    IPOIB_GUID_HI,
+    "rdma_rs_selftest",
+    "ipoib_guid_hi",
+    u32,
+    0,
+    "With ipoib_qpn: the upper 32 bits of the port GUID of the interface, reached from ibp0 over InfiniBand instead of rxe1"
+);
+
+kernel::module_param!(
+    /// With `ipoib_qpn`: the lower half of the interface's port GUID on InfiniBand.
+    IPOIB_GUID_LO,
+    "rdma_rs_selftest",
+    "ipoib_guid_lo",
+    u32,
+    0,
+    "With ipoib_qpn: the lower 32 bits of that port GUID"
+);
+
+kernel::module_param!(
     /// A stream of the benchmark's in-kernel reference instead of the checks.
     STREAM,
     "rdma_rs_selftest",
@@ -556,8 +576,13 @@ impl RcEnd {
 impl cm::Handler for RcEnd {
     fn event(&self, id: &CmIdRef, event: Event<'_>) {
         match event {
-            Event::RepReceived { private_data, .. } => {
+            Event::RepReceived {
+                private_data,
+                rnr_retry_count,
+                ..
+            } => {
                 let ok = private_data.starts_with(b"rep-data")
+                    && rnr_retry_count == REP_RNR_RETRY
                     && id.modify_qp(&self.qp, QpState::Rtr).is_ok()
                     && id.modify_qp(&self.qp, QpState::Rts).is_ok()
                     && id.send_rtu().is_ok();
@@ -613,13 +638,15 @@ impl ListenHandler for Passive {
             *self.delayed.lock() = Some(req.accept(end)?);
             return Ok(());
         }
-        if !req.private_data().starts_with(b"ipoib-rs") {
+        if !req.private_data().starts_with(b"ipoib-rs") || req.rnr_retry_count() != REQ_RNR_RETRY {
+            pr_info!("# REQ RNR retry count {}\n", req.rnr_retry_count());
             self.signal.set(F_BAD);
             return Err(EINVAL);
         }
         let end = RcEnd::new(&self.ep, self.signal.clone(), Some(self.srq.clone()))?;
         req.id().modify_qp_for_rep(&end.qp, 0x1234)?;
-        req.id().send_rep(&end.qp, 0x1234, b"rep-data", true, 7)?;
+        req.id()
+            .send_rep(&end.qp, 0x1234, b"rep-data", true, REP_RNR_RETRY)?;
         let id = req.accept(end)?;
         *self.conn.lock() = Some(id);
         Ok(())
@@ -673,6 +700,11 @@ fn recv_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
     Ok(())
 }
 
+/// RNR retry counts of the REQ and the REP: neither 7 (all bits set) nor 0, with the lowest
+/// bit clear in one, so that reading the wrong bits of either shows.
+const REQ_RNR_RETRY: u8 = 6;
+const REP_RNR_RETRY: u8 = 5;
+
 fn req_params<'a>(path: &'a PathRecord, sgid_attr: &'a GidAttr, service_id: u64) -> ReqParams<'a> {
     ReqParams {
         path,
@@ -682,7 +714,7 @@ fn req_params<'a>(path: &'a PathRecord, sgid_attr: &'a GidAttr, service_id: u64)
         srq: false,
         responder_resources: 4,
         retry_count: 7,
-        rnr_retry_count: 7,
+        rnr_retry_count: REQ_RNR_RETRY,
         max_cm_retries: 15,
     }
 }
@@ -732,7 +764,7 @@ fn connected(report: &mut Report) -> Result {
             }
         });
     report.check(
-        "CM: REQ with private data, REP, RTU; both QPs ready to send",
+        "CM: REQ with private data, REP, RTU, their RNR retry counts read as sent; both QPs ready to send",
         connect,
     );
 
@@ -990,8 +1022,14 @@ impl kernel::Module for VerbsSelftest {
         }
         let qpn = IPOIB_QPN.get();
         let peers = IPOIB_PEERS.get();
+        let ipoib_guid = u64::from(IPOIB_GUID_HI.get()) << 32 | u64::from(IPOIB_GUID_LO.get());
         let mut crowd = None;
-        if qpn != 0 && peers != 0 {
+        if qpn != 0 && ipoib_guid != 0 {
+            if let Err(e) = ipoib_intruder::run_infiniband(&mut report, qpn, ipoib_guid) {
+                pr_info!("# intruder stopped early: {:?}\n", e);
+                report.check("intruder (InfiniBand): connection set up", Err(e));
+            }
+        } else if qpn != 0 && peers != 0 {
             match ipoib_intruder::crowd(&mut report, qpn, peers) {
                 Ok(c) => crowd = Some(c),
                 Err(e) => {

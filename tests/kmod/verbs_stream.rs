@@ -111,16 +111,16 @@ struct Tally {
 }
 
 /// The port's device, protection domain and completion queues.
-struct Host {
-    device: DeviceRef,
+pub(crate) struct Host {
+    pub(crate) device: DeviceRef,
     gid: Gid,
-    pd: Arc<ProtectionDomain>,
-    send_cq: Arc<CompletionQueue<Waiter>>,
-    recv_cq: Arc<CompletionQueue<Waiter>>,
+    pub(crate) pd: Arc<ProtectionDomain>,
+    pub(crate) send_cq: Arc<CompletionQueue<Waiter>>,
+    pub(crate) recv_cq: Arc<CompletionQueue<Waiter>>,
 }
 
 impl Host {
-    fn new() -> Result<Self> {
+    pub(crate) fn new() -> Result<Self> {
         let device = Device::get_by_name(DEVICE)?;
         let gid = device.query_gid(PORT, 0)?;
         let pd = ProtectionDomain::new(&device, OWNER)?;
@@ -140,7 +140,7 @@ impl Host {
     }
 
     /// The SA's path to the port of `guid` on our subnet.
-    fn path_to(&self, guid: u64) -> Result<PathRecord> {
+    pub(crate) fn path_to(&self, guid: u64) -> Result<PathRecord> {
         let mut dgid = self.gid;
         dgid.0[8..].copy_from_slice(&guid.to_be_bytes());
         let signal = waiter()?;

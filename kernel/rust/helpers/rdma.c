@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
+#include <rdma/ib_cm.h>
 #include <rdma/ib_verbs.h>
 
 u32 rust_helper_rdma_start_port(const struct ib_device *device)
@@ -101,4 +102,20 @@ void rust_helper_ib_dma_unmap_page(struct ib_device *dev, u64 addr, size_t size,
 				   enum dma_data_direction direction)
 {
 	ib_dma_unmap_page(dev, addr, size, direction);
+}
+
+/*
+ * The RNR retry counts of CM events are read here, not through bindgen's bit-field
+ * accessors: in struct ib_cm_req_event_param the field would straddle a 32-bit unit,
+ * so the compiler starts it in the next unit, while bindgen's accessor reads the two
+ * padding bits before that unit and the field's lowest bit.
+ */
+u8 rust_helper_ib_cm_req_rnr_retry_count(const struct ib_cm_req_event_param *param)
+{
+	return param->rnr_retry_count;
+}
+
+u8 rust_helper_ib_cm_rep_rnr_retry_count(const struct ib_cm_rep_event_param *param)
+{
+	return param->rnr_retry_count;
 }

@@ -191,6 +191,9 @@ pub enum Event<'a> {
         private_data: &'a [u8],
         /// The peer's queue pair.
         remote_qpn: u32,
+        /// How often our queue pair is to retry when the peer's has no receive buffer (7:
+        /// forever), as the peer's reply sets it.
+        rnr_retry_count: u8,
     },
     /// The peer confirmed our reply: the connection is established.
     RtuReceived,
@@ -391,13 +394,16 @@ fn event_of(ev: &bindings::ib_cm_event) -> Event<'_> {
     match ev.event {
         bindings::ib_cm_event_type_IB_CM_REP_RECEIVED => {
             let len = bindings::ib_cm_data_size_IB_CM_REP_PRIVATE_DATA_SIZE as usize;
-            // SAFETY: For a REP the CM passes its private data (this many bytes) and fills the
-            // `rep_rcvd` member of the union.
-            unsafe {
-                Event::RepReceived {
-                    private_data: core::slice::from_raw_parts(ev.private_data.cast(), len),
-                    remote_qpn: ev.param.rep_rcvd.remote_qpn,
-                }
+            // SAFETY: For a REP the CM passes its private data, this many bytes.
+            let private_data = unsafe { core::slice::from_raw_parts(ev.private_data.cast(), len) };
+            // SAFETY: For a REP the CM fills the `rep_rcvd` member of the union.
+            let rep = unsafe { &ev.param.rep_rcvd };
+            // SAFETY: `rep` is a valid REP event parameter block (the helper reads one field).
+            let rnr_retry_count = unsafe { bindings::ib_cm_rep_rnr_retry_count(rep) } & 7;
+            Event::RepReceived {
+                private_data,
+                remote_qpn: rep.remote_qpn,
+                rnr_retry_count,
             }
         }
         bindings::ib_cm_event_type_IB_CM_RTU_RECEIVED => Event::RtuReceived,
@@ -567,8 +573,11 @@ impl<'a> Request<'a> {
     /// How often the requester's queue pair retries when ours has no receive buffer (7:
     /// forever); C IPoIB peers echo it in their reply.
     pub fn rnr_retry_count(&self) -> u8 {
-        // SAFETY: As for `remote_qpn`; the field is a 3-bit field.
-        (unsafe { self.ev.param.req_rcvd.rnr_retry_count() } & 7) as u8
+        // Not bindgen's bit-field accessor: it reads the wrong bits (see the C helper).
+        // SAFETY: As for `remote_qpn`.
+        let req = unsafe { &self.ev.param.req_rcvd };
+        // SAFETY: `req` is a valid REQ event parameter block (the helper reads one field).
+        unsafe { bindings::ib_cm_req_rnr_retry_count(req) & 7 }
     }
 
     /// The port the request arrived on.

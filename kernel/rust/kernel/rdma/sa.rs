@@ -23,9 +23,8 @@ use crate::{
         from_err_ptr, Error, Result,
     },
     ffi::{c_int, c_uint, c_void},
-    new_condvar, new_spinlock,
     prelude::*,
-    sync::{Arc, CondVar, SpinLock},
+    sync::{Arc, CondVar, LockClassKey, SpinLock},
     types::{ForeignOwnable, Opaque},
 };
 use core::{
@@ -193,6 +192,24 @@ unsafe impl<T: PathHandler> Send for PathQuery<T> {}
 // SAFETY: `&PathQuery` gives access to nothing.
 unsafe impl<T: PathHandler> Sync for PathQuery<T> {}
 
+/// The lock classes of every path query's state. Lockdep wants one name per class, and this
+/// generic code, instantiated in each module that queries paths, would bring its own copy of
+/// a name literal (two modules querying made lockdep warn): the classes are made here, in
+/// code that is not generic and not inlined.
+#[inline(never)]
+fn query_lock_classes() -> [(&'static CStr, &'static LockClassKey); 2] {
+    [
+        (
+            crate::c_str!("PathQuery::done"),
+            crate::static_lock_class!(),
+        ),
+        (
+            crate::c_str!("PathQuery::finished"),
+            crate::static_lock_class!(),
+        ),
+    ]
+}
+
 impl<T: PathHandler> PathQuery<T> {
     /// Asks the SA of `port` for the path `rec` describes (see [`PathRecord::ib_query`]);
     /// `handler` gets the answer within about `timeout_ms`. `EOPNOTSUPP` on a port without
@@ -207,12 +224,13 @@ impl<T: PathHandler> PathQuery<T> {
     ) -> Result<Self> {
         require_sa(device, port)?;
         let device = device.get_ref()?;
+        let [done, finished] = query_lock_classes();
         let state = Arc::pin_init(
             pin_init!(QueryState {
                 handler,
                 cancelled: AtomicBool::new(false),
-                done <- new_spinlock!(false, "PathQuery::done"),
-                finished <- new_condvar!("PathQuery::finished"),
+                done <- SpinLock::new(false, done.0, done.1),
+                finished <- CondVar::new(finished.0, finished.1),
             }),
             GFP_KERNEL,
         )?;

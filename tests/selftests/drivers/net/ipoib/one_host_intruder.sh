@@ -18,7 +18,7 @@ if ! modinfo "$MODULE" >/dev/null 2>&1 || ! modinfo "$SELFTEST" >/dev/null 2>&1;
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 14
+ktap_set_plan 15
 klog_mark
 start_mark=$KLOG_MARK
 

@@ -13,6 +13,7 @@ two_hosts_roles
 ktap_set_plan 27
 trap 'opensm_stop' EXIT
 klog_mark
+start_mark=$KLOG_MARK
 
 # --- The port before any SM.
 ib_port_layer() {
@@ -250,5 +251,6 @@ ipoib_check "$role: C ipoib: traffic resumes after the link came back" \
 both_at 7014
 ipoib_check "$role: C ipoib unloads, $IB_DEV deleted" \
 	eval 'rmmod ib_ipoib && opensm_stop && rdma link del "$IB_DEV" && ! test -d "/sys/class/infiniband/$IB_DEV"'
-ipoib_check "$role: kernel log clean" klog_clean_since
+KLOG_MARK=$start_mark
+ipoib_check "$role: kernel log clean (the whole program)" klog_clean_since
 ktap_finished

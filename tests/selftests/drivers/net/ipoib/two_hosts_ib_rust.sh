@@ -12,9 +12,11 @@
 
 ktap_print_header
 two_hosts_roles
-ktap_set_plan 21
+# The client runs one check more: a hand-made connection to the server's interface.
+ktap_set_plan $([ "$role" = client ] && echo 22 || echo 21)
 trap 'opensm_stop' EXIT
 klog_mark
+start_mark=$KLOG_MARK
 
 stat_of() { ethtool_stat ib0 "$1"; }
 carrier() { ip link show "${1:-ib0}" | grep -q LOWER_UP; }
@@ -91,6 +93,23 @@ else
 		echo "$line" | awk '{ exit !($(NF - 1) > 0) }'
 	}
 	ipoib_check "$role: netperf TCP_STREAM in connected mode moves data" stream
+	# A REQ asking an RNR retry count no IPoIB peer asks (6), from rdma_rs_selftest on this
+	# host's port to the server's interface (its UD QPN and port GUID from the neighbour
+	# entry): the REP must echo it, as C's does.
+	rnr_echo() {
+		local hw results
+		hw=$(ip neigh show dev ib0 "$ib_peer" | sed -n 's/.* lladdr \([0-9a-f:]*\).*/\1/p' | tr -d :)
+		[ ${#hw} = 40 ] || { echo "no neighbour entry for $ib_peer: $hw"; return 1; }
+		klog_mark
+		modprobe rdma_rs_selftest ipoib_qpn=$((0x${hw:2:6})) \
+			ipoib_guid_hi=$((0x${hw:24:8})) ipoib_guid_lo=$((0x${hw:32:8})) || return 1
+		rmmod rdma_rs_selftest
+		results=$(klog_since | sed -n "s/^.*rdma_rs_selftest: //p")
+		echo "$results"
+		echo "$results" | grep -q "^ok .* the REP's RNR retry count echoes the REQ's 6" &&
+			! echo "$results" | grep -q "^not ok"
+	}
+	ipoib_check "$role: a REQ asking RNR retry count 6: the server's REP echoes 6" rnr_echo
 	both_at 7206 300
 fi
 
@@ -243,7 +262,8 @@ both_at 7217
 pkill netserver
 ipoib_check "$role: children deleted, driver unloaded" \
 	eval 'ip link del ib0.8001 && ip link del ib0.8002 && rmmod ib_ipoib && ! test -d /sys/class/net/ib0'
-ipoib_check "$role: kernel log clean" klog_clean_since
+KLOG_MARK=$start_mark
+ipoib_check "$role: kernel log clean (the whole program)" klog_clean_since
 both_at 7218
 opensm_stop
 ktap_finished
