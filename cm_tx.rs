@@ -251,6 +251,8 @@ impl TxConnection {
             bump(&c.tx_dropped, 1);
             return;
         }
+        // The packet stays ours until its send completes; its socket need not wait.
+        skb.orphan();
         match link.qp.post_skb(skb, HWADDR_LEN as u32) {
             Ok(()) => {
                 self.packets.fetch_add(1, Ordering::Relaxed);

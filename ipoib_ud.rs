@@ -274,7 +274,7 @@ impl UdDatapath {
     /// from the packet's own memory. Called with the interface's neighbour table locked.
     pub(crate) fn post(
         &self,
-        skb: SkBuff,
+        mut skb: SkBuff,
         dest: &HwAddr,
         ah: &Arc<AddressHandle>,
         len: u32,
@@ -285,6 +285,9 @@ impl UdDatapath {
             bump(&c.tx_dropped, 1);
             return;
         }
+        // The packet stays ours until its send completes; its socket need not wait (C
+        // does the same).
+        skb.orphan();
         let offset = HWADDR_LEN as u32;
         let qkey = self.qkey.load(Ordering::Relaxed);
         match self.qp.post_skb_ud(skb, offset, ah, dest.qpn(), qkey) {

@@ -186,3 +186,13 @@ void rust_helper_in_dev_put(struct in_device *idev)
 {
 	in_dev_put(idev);
 }
+
+void rust_helper_skb_orphan(struct sk_buff *skb)
+{
+	skb_orphan(skb);
+}
+
+void rust_helper_skb_dst_drop(struct sk_buff *skb)
+{
+	skb_dst_drop(skb);
+}

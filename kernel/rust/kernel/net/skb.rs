@@ -353,6 +353,17 @@ impl SkBuff {
         to_result(unsafe { bindings::skb_linearize(self.raw()) })
     }
 
+    /// Detaches the packet from its socket, which gets its send-buffer space back now
+    /// rather than when the packet is freed, and drops its route. For a device that keeps
+    /// packets until their send completes: the socket's limits on what sits below it (TCP
+    /// small queues) would otherwise count packets already handed to the hardware.
+    pub fn orphan(&mut self) {
+        // SAFETY: By the type invariant the skb is valid and owned by us.
+        unsafe { bindings::skb_orphan(self.raw()) };
+        // SAFETY: As above.
+        unsafe { bindings::skb_dst_drop(self.raw()) };
+    }
+
     /// Frees the skb as successfully consumed (not counted as a drop).
     pub fn consume(self) {
         // SAFETY: We own the skb; ownership ends here.
