@@ -90,6 +90,7 @@ const LINK_KIND: &CStr = c_str!("ipoib");
 
 impl kernel::Module for IpoibModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        params::check()?;
         let link_kind = LinkKind::register(LINK_KIND, netdev::LINK_MAXTYPE)?;
         // The kind is unregistered once the last interface and the context let go of it.
         let context = Arc::new(

@@ -42,7 +42,7 @@ kernel::module_param!(
     "send_queue_size",
     u32,
     128,
-    "Sends in flight per interface, datagram and connected mode together (default 128, as the C driver; 16..1024)"
+    "Sends in flight per interface, datagram and connected mode together (default 128, as the C driver; 16..8192)"
 );
 
 kernel::module_param!(
@@ -53,7 +53,7 @@ kernel::module_param!(
     "recv_queue_size",
     u32,
     256,
-    "Receive buffers of the UD queue pair and of the connections' shared queue (default 256, as the C driver; 16..4096)"
+    "Receive buffers of the UD queue pair and of the connections' shared queue (default 256, as the C driver; 16..8192)"
 );
 
 kernel::module_param!(
@@ -82,14 +82,37 @@ pub(crate) fn max_nonsrq_conn_qp() -> usize {
     MAX_NONSRQ_CONN_QP.get().min(4096) as usize
 }
 
-/// The send queue size in use: the parameter within its range.
-pub(crate) fn send_queue_size() -> u32 {
-    SEND_QUEUE_SIZE.get().clamp(16, 1024)
+/// The queue sizes a module load accepts. C's upper bound; below 16 a queue would stop at
+/// every few packets (C raises what it is given to 128 sends and 2 receives, silently).
+const QUEUE_SIZES: core::ops::RangeInclusive<u32> = 16..=8192;
+
+/// Refuses a load whose queue sizes are out of range, with a line saying which, rather than
+/// using another size than the one asked for.
+pub(crate) fn check() -> kernel::error::Result {
+    for (name, value) in [
+        ("send_queue_size", SEND_QUEUE_SIZE.get()),
+        ("recv_queue_size", RECV_QUEUE_SIZE.get()),
+    ] {
+        if !QUEUE_SIZES.contains(&value) {
+            kernel::pr_err!(
+                "{name}={value} is out of range ({}..{})\n",
+                QUEUE_SIZES.start(),
+                QUEUE_SIZES.end()
+            );
+            return Err(kernel::error::code::EINVAL);
+        }
+    }
+    Ok(())
 }
 
-/// The receive queue size in use: the parameter within its range.
+/// The send queue size (checked at load by [`check`]).
+pub(crate) fn send_queue_size() -> u32 {
+    SEND_QUEUE_SIZE.get()
+}
+
+/// The receive queue size (checked at load by [`check`]).
 pub(crate) fn recv_queue_size() -> u32 {
-    RECV_QUEUE_SIZE.get().clamp(16, 4096)
+    RECV_QUEUE_SIZE.get()
 }
 
 kernel::module_param!(

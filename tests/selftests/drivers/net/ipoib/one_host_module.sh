@@ -7,7 +7,7 @@
 CYCLES=20
 
 ktap_print_header
-ktap_set_plan 8
+ktap_set_plan 10
 
 if ! modinfo "$MODULE" >/dev/null 2>&1; then
 	ktap_skip_all "module $MODULE not installed"
@@ -85,6 +85,31 @@ cycles() {
 	[ "$(klog_since | grep -c "$MODULE: loaded")" -eq "$CYCLES" ]
 }
 ipoib_check "$CYCLES load/unload cycles" cycles
+
+# Queue sizes out of range refuse the load with one line naming the parameter (C clamps
+# them silently); the largest allowed ones work.
+bad_sizes() {
+	local arg
+	for arg in send_queue_size=8193 recv_queue_size=15; do
+		klog_mark
+		modprobe "$MODULE" "$arg" 2>/dev/null && { echo "loaded with $arg"; rmmod "$MODULE"; return 1; }
+		module_loaded && return 1
+		klog_since | grep "$MODULE: $arg is out of range (16..8192)" || { echo "no line for $arg"; return 1; }
+	done
+}
+ipoib_check "modprobe with send_queue_size=8193 or recv_queue_size=15 refused, logged" bad_sizes
+big_sizes() {
+	local ib_a ib_b
+	klog_mark
+	# Datagram mode only: 8192 shared receive buffers of 64 KiB would take 512 MiB.
+	modprobe "$MODULE" send_queue_size=8192 recv_queue_size=8192 cm_enabled=0 || return 1
+	ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
+	[ -n "$ib_a" ] && [ -n "$ib_b" ] || { echo "no interfaces"; rmmod "$MODULE"; return 1; }
+	# The transmit queue is twice the send queue, as C sets it.
+	ip link show "$ib_a" | grep -q "qlen 16384" || { ip link show "$ib_a"; rmmod "$MODULE"; return 1; }
+	rmmod "$MODULE"
+}
+ipoib_check "modprobe with both queue sizes at 8192 (datagram only): interfaces made (qlen 16384), unloaded" big_sizes
 KLOG_MARK=$start_mark
 ipoib_check "kernel log clean throughout" klog_clean_since
 ktap_finished
