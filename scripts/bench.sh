@@ -31,7 +31,8 @@
 # rust_to_c_<mode>_<test>) and bench/results/vs-c.png. Failed measurements are listed and
 # counted, and make the exit status non-zero. With IPOIB_RS_PROFILE_SECS set, each driver's
 # TCP_STREAM in each mode is then profiled on both guests (perf, as --profile does), written
-# to bench/results/vs-c-profile.txt.
+# to bench/results/vs-c-profile.txt; with IPOIB_RS_PROFILE_TEST=TCP_RR its TCP_RR instead,
+# to bench/results/vs-c-profile-tcp_rr.txt (IPOIB_RS_BENCH_RUNS=0: the profiles alone).
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
@@ -136,11 +137,17 @@ if [ "${1:-}" = --profile ]; then
 	exit $rc
 fi
 if [ "${1:-}" = --vs-c ]; then
+	profile_test=${IPOIB_RS_PROFILE_TEST:-TCP_STREAM}
+	case "$profile_test" in
+	TCP_STREAM) profile_file=vs-c-profile.txt ;;
+	TCP_RR) profile_file=vs-c-profile-tcp_rr.txt ;;
+	*) die "IPOIB_RS_PROFILE_TEST: TCP_STREAM or TCP_RR, not $profile_test" ;;
+	esac
 	if [ "${2:-}" = --from ]; then
 		logs=${3:?usage: bench.sh --vs-c --from LOGDIR}
 	else
 		run_guests vs-c two-hosts-ib two_hosts_ib_bench.sh 3000 \
-			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1}"
+			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1} ipoibrs.profiletest=$profile_test"
 	fi
 	lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
 	prof=$(grep -qa '^# PROF ' "$logs"/host*.results && demangled_prof "$logs" || true)
@@ -176,12 +183,12 @@ EOF
 	fi
 	if [ -n "$prof" ]; then
 		{
-			echo "# ipoib-rs against the C ipoib: TCP_STREAM profiles ($(date -u +%FT%TZ); logs $(basename "$logs"))"
+			echo "# ipoib-rs against the C ipoib: $profile_test profiles ($(date -u +%FT%TZ); logs $(basename "$logs"))"
 			echo "# PROF <driver>-<mode> role dso|kind|sym share name: % of busy (non-idle) perf samples"
 			echo "$prof"
-		} >"$dest/vs-c-profile.txt"
+		} >"$dest/$profile_file"
 		print_prof c-datagram rust-datagram c-connected rust-connected
-		echo "wrote $dest/vs-c-profile.txt"
+		echo "wrote $dest/$profile_file"
 	fi
 	echo "logs: $logs"
 	[ "$failed" = 0 ] || { echo "bench.sh: measurements failed (counted above)"; rc=1; }

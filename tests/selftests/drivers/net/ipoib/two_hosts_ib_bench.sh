@@ -15,9 +15,16 @@
 
 RUNS=${IPOIB_BENCH_RUNS:-}
 SECS=5
-# With IPOIB_PROFILE_SECS, each driver's TCP_STREAM of each mode is then profiled (perf on
-# both hosts, PROF lines as in two_hosts_profile.sh, the mode named <driver>-<mode>).
+# With IPOIB_PROFILE_SECS, each driver's TCP_STREAM (or IPOIB_PROFILE_TEST: TCP_RR) of each
+# mode is then profiled (perf on both hosts, PROF lines as in two_hosts_profile.sh, the mode
+# named <driver>-<mode>).
 PROFILE_SECS=${IPOIB_PROFILE_SECS:-}
+PROFILE_TEST=${IPOIB_PROFILE_TEST:-TCP_STREAM}
+case "$PROFILE_TEST" in
+TCP_STREAM) PROFILE_OPTS=(-m 65536) ;;
+TCP_RR) PROFILE_OPTS=() ;;
+*) echo "IPOIB_PROFILE_TEST: TCP_STREAM or TCP_RR, not $PROFILE_TEST" >&2; exit 1 ;;
+esac
 
 ktap_print_header
 two_hosts_roles IPOIB_BENCH_RUNS "a benchmark: scripts/bench.sh --vs-c runs it"
@@ -183,8 +190,8 @@ for run in $(seq "$RUNS"); do
 		done
 	done
 done
-# profiled DRIVER MODE STEP: both hosts bring ib0 up with DRIVER in MODE; the client runs a
-# TCP_STREAM while both take a system-wide profile.
+# profiled DRIVER MODE STEP: both hosts bring ib0 up with DRIVER in MODE; the client runs
+# PROFILE_TEST while both take a system-wide profile.
 profiled() {
 	local drv=$1 mode=$2 step=$3 failed=0
 	up "$drv" "$mode" || failed=1
@@ -194,8 +201,8 @@ profiled() {
 	else
 		sleep 1
 		[ "$failed" = 0 ] && wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
-			perf_record "$drv-$mode" netperf -H "$ib_peer" -t TCP_STREAM -l "$PROFILE_SECS" -P 0 \
-				-- -m 65536 -o THROUGHPUT || failed=1
+			perf_record "$drv-$mode" netperf -H "$ib_peer" -t "$PROFILE_TEST" -l "$PROFILE_SECS" -P 0 \
+				-- "${PROFILE_OPTS[@]}" -o THROUGHPUT || failed=1
 	fi
 	both_at $((7201 + step * 2)) 600 || return 1
 	rmmod "$MODULE" && [ "$failed" = 0 ]
@@ -203,7 +210,7 @@ profiled() {
 if [ -n "$PROFILE_SECS" ]; then
 	for drv in c rust; do
 		for mode in datagram connected; do
-			ipoib_check "$role: $drv driver, $mode mode: TCP_STREAM profiled" \
+			ipoib_check "$role: $drv driver, $mode mode: $PROFILE_TEST profiled" \
 				profiled "$drv" "$mode" "$step"
 			module_loaded && rmmod "$MODULE"
 			step=$((step + 1))
