@@ -399,7 +399,7 @@ fn event_of(ev: &bindings::ib_cm_event) -> Event<'_> {
             // SAFETY: For a REP the CM fills the `rep_rcvd` member of the union.
             let rep = unsafe { &ev.param.rep_rcvd };
             // SAFETY: `rep` is a valid REP event parameter block (the helper reads one field).
-            let rnr_retry_count = unsafe { bindings::ib_cm_rep_rnr_retry_count(rep) } & 7;
+            let rnr_retry_count = unsafe { bindings::ib_cm_rep_rnr_retry_count(rep) };
             Event::RepReceived {
                 private_data,
                 remote_qpn: rep.remote_qpn,
@@ -577,7 +577,7 @@ impl<'a> Request<'a> {
         // SAFETY: As for `remote_qpn`.
         let req = unsafe { &self.ev.param.req_rcvd };
         // SAFETY: `req` is a valid REQ event parameter block (the helper reads one field).
-        unsafe { bindings::ib_cm_req_rnr_retry_count(req) & 7 }
+        unsafe { bindings::ib_cm_req_rnr_retry_count(req) }
     }
 
     /// The port the request arrived on.
