@@ -143,8 +143,12 @@ pub(crate) struct TxConnection {
     pub(crate) state: SpinLockBh<TxState>,
     /// The largest payload the peer receives, from its REP.
     mtu: AtomicU32,
-    /// Messages posted, and when a send last completed (ms, monotonic), for debugfs.
+    /// Messages posted, and sends completed (any status).
     packets: AtomicU64,
+    done: AtomicU64,
+    /// When a send last completed or was posted with none in flight (ms, monotonic): while
+    /// sends are in flight, the connection has made no progress since then. For the stall
+    /// watchdog and debugfs.
     last_ms: AtomicI64,
 }
 
@@ -185,6 +189,7 @@ impl TxConnection {
                 ),
                 mtu: AtomicU32::new(0),
                 packets: AtomicU64::new(0),
+                done: AtomicU64::new(0),
                 last_ms: AtomicI64::new(now_ms()),
             }),
             GFP_ATOMIC,
@@ -253,11 +258,15 @@ impl TxConnection {
         }
         // The packet stays ours until its send completes; its socket need not wait.
         skb.orphan();
+        // Under the state lock, as the completions are counted: nothing in flight before
+        // this send means the connection was idle, not stalled.
+        let idle = self.packets.load(Ordering::Relaxed) == self.done.load(Ordering::Relaxed);
         match link.qp.post_skb(skb, HWADDR_LEN as u32) {
             Ok(()) => {
                 self.packets.fetch_add(1, Ordering::Relaxed);
-                bump(&c.tx_packets, 1);
-                bump(&c.tx_bytes, u64::from(len));
+                if idle {
+                    self.last_ms.store(now_ms(), Ordering::Relaxed);
+                }
             }
             Err((_, skb)) => {
                 self.shared().credits.give(1);
@@ -304,7 +313,8 @@ impl TxConnection {
                 sgid_attr: &sgid,
                 service_id: wire::cm_service_id(self.dest.qpn()),
                 private_data: &private,
-                srq: true,
+                // Whether our receive side shares a queue: with `cm_srq=0` it does not.
+                srq: port.srq.is_some(),
                 responder_resources: 4,
                 retry_count,
                 rnr_retry_count,
@@ -343,7 +353,8 @@ impl TxConnection {
     }
 
     /// Fails the connection if sends are in flight but none completed since `deadline`
-    /// (ms, monotonic): the peer went silent. Returns whether it did.
+    /// (ms, monotonic), nor was the oldest of them posted after it: the peer went silent.
+    /// Returns whether it did.
     pub(crate) fn fail_if_stalled(&self, deadline: i64) -> bool {
         let in_flight = {
             let s = self.state.lock();
@@ -413,10 +424,12 @@ impl TxConnection {
                         let sent = link.qp.complete_send(wc);
                         if sent.is_some() {
                             self.shared().credits.give(1);
+                            self.done.fetch_add(1, Ordering::Relaxed);
                         }
                         match wc.status() {
                             WcStatus::Success => {
                                 if let Some(sent) = sent {
+                                    self.shared().counters.count_sent(&sent);
                                     sent.consume();
                                     active = true;
                                 }

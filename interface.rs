@@ -738,7 +738,13 @@ impl Interface {
         }
         this.schedule_neigh_gc();
         if let Some(cm) = &this.cm {
-            cm.start()?;
+            if let Err(e) = cm.start() {
+                pr_info!("{}: cannot listen for connections ({:?})\n", dev.name(), e);
+                // Nothing may stay running for an interface that did not come up: its
+                // neighbour ageing would requeue itself for ever.
+                this.stop();
+                return Err(e);
+            }
         }
         Ok(())
     }

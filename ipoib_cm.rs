@@ -325,8 +325,25 @@ impl ConnectedMode {
         let cm: Arc<Self> = this.into();
         let conn = TxConnection::new(cm.clone(), *dest)?;
         let node = RBTreeNode::new(key, conn.clone(), GFP_ATOMIC)?;
-        let old = cm.tx.lock().insert(node);
-        drop(old);
+        let existing = {
+            let mut tx = cm.tx.lock();
+            // Checked under the table's lock, which `close_tx` takes after the switch to
+            // datagram mode: a transmit that raced the switch makes no connection after it.
+            if !cm.in_use() {
+                return Err(ENODEV);
+            }
+            match tx.get(&key) {
+                // Another CPU made it meanwhile: its packets and ours go through one.
+                Some(other) => Some(other.clone()),
+                None => {
+                    drop(tx.insert(node));
+                    None
+                }
+            }
+        };
+        if let Some(other) = existing {
+            return Ok(other);
+        }
         cm.schedule_work();
         Ok(conn)
     }
@@ -336,31 +353,37 @@ impl ConnectedMode {
     pub(crate) fn poll_tx(&self, dev: &NetDevice) -> bool {
         const BATCH: usize = 16;
         let mut again = false;
-        let mut skip = 0;
+        // The walk goes on after the last peer seen, by key: connections added or removed
+        // meanwhile shift no position, so none after it is missed.
+        let mut after: Option<PeerKey> = None;
         loop {
             let mut due: [Option<Arc<TxConnection>>; BATCH] = [const { None }; BATCH];
             let mut n = 0;
-            let mut seen = 0;
+            let mut more = false;
             {
                 let tx = self.tx.lock();
-                for conn in tx.values().skip(skip) {
-                    seen += 1;
+                let start = after;
+                let rest = tx
+                    .iter()
+                    .skip_while(|(key, _)| start.is_some_and(|a| **key <= a));
+                for (key, conn) in rest {
+                    if n == BATCH {
+                        more = true;
+                        break;
+                    }
+                    after = Some(*key);
                     if conn.state.lock().needs_poll() {
                         due[n] = Some(conn.clone());
                         n += 1;
-                        if n == BATCH {
-                            break;
-                        }
                     }
                 }
             }
             for conn in due.iter().flatten() {
                 again |= conn.poll(dev);
             }
-            if n < BATCH {
+            if !more {
                 break;
             }
-            skip += seen;
         }
         again
     }
@@ -402,13 +425,7 @@ impl ConnectedMode {
                 .cloned();
             let Some(conn) = next else { break };
             match conn.connect() {
-                Ok(id) => match RBTreeNode::new(peer_key(&conn.dest), id, GFP_KERNEL) {
-                    Ok(node) => {
-                        let old = self.tx_ids.lock().insert(node);
-                        drop(old);
-                    }
-                    Err(_) => drop(conn.unlink()),
-                },
+                Ok(id) => self.keep_id(&conn, id),
                 Err(e) => {
                     bump(&self.shared.counters.cm_tx_failed, 1);
                     pr_info!(
@@ -423,6 +440,39 @@ impl ConnectedMode {
             }
         }
         self.destroy_connections(false);
+    }
+
+    /// Keeps the identifier `id` of the connection `conn` just requested, for as long as
+    /// the connection is listed. The connection may have left the table while its REQ went
+    /// out (the interface went down, or it failed and was reaped): then the identifier goes
+    /// at once, since nothing would destroy it later and it keeps the connection, and
+    /// through it connected mode, alive. Both tables are checked under `tx_ids`, which
+    /// [`Self::destroy_connections`] takes after taking a connection out of `tx`.
+    fn keep_id(&self, conn: &Arc<TxConnection>, id: CmId<TxConnection>) {
+        let key = peer_key(&conn.dest);
+        let Ok(node) = RBTreeNode::new(key, id, GFP_KERNEL) else {
+            // The identifier went with the failed allocation.
+            drop(conn.unlink());
+            return;
+        };
+        let (listed, unkept) = {
+            let mut ids = self.tx_ids.lock();
+            let listed = self
+                .tx
+                .lock()
+                .get(&key)
+                .is_some_and(|c| Arc::ptr_eq(c, conn));
+            if listed {
+                (true, ids.insert(node))
+            } else {
+                (false, Some(node))
+            }
+        };
+        // Destroyed here, outside the lock: destroying an identifier waits for its handler.
+        drop(unkept);
+        if !listed {
+            drop(conn.unlink());
+        }
     }
 
     /// Destroys dead connections, or all of them (process context).

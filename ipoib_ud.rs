@@ -249,14 +249,14 @@ impl UdDatapath {
         )
     }
 
-    /// The length of the message `skb` carries after its pseudo header, if it fits a
-    /// datagram; otherwise drops it, counted. From the transmit path only (see
+    /// Whether the message `skb` carries after its pseudo header fits a datagram; if not,
+    /// the caller drops it, counted here. From the transmit path only (see
     /// `TxConnection::post` on reporting the path MTU).
-    pub(crate) fn sendable_len(&self, skb: &mut SkBuff) -> Option<u32> {
+    pub(crate) fn sendable(&self, skb: &mut SkBuff) -> bool {
         let c = &self.counters;
         let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
             bump(&c.tx_dropped, 1);
-            return None;
+            return false;
         };
         // rxe drops an oversize UD send while reporting success: enforce the MTU here. In
         // connected mode the stack may send more toward a peer reached over UD: tell it the
@@ -265,21 +265,15 @@ impl UdDatapath {
         if len > mtu + ENCAP_HEADER_LEN as u32 {
             let _ = skb.report_too_big(mtu);
             bump(&c.tx_dropped, 1);
-            return None;
+            return false;
         }
-        Some(len)
+        true
     }
 
-    /// Posts the `len` bytes `skb` carries after its pseudo header to `dest` through `ah`,
-    /// from the packet's own memory. Called with the interface's neighbour table locked.
-    pub(crate) fn post(
-        &self,
-        mut skb: SkBuff,
-        dest: &HwAddr,
-        ah: &Arc<AddressHandle>,
-        len: u32,
-        dev: &NetDevice,
-    ) {
+    /// Posts what `skb` carries after its pseudo header to `dest` through `ah`, from the
+    /// packet's own memory (its size checked by [`Self::sendable`]). Called with the
+    /// interface's neighbour table locked.
+    pub(crate) fn post(&self, mut skb: SkBuff, dest: &HwAddr, ah: &Arc<AddressHandle>, dev: &NetDevice) {
         let c = &self.counters;
         if !self.credits.take(dev) {
             bump(&c.tx_dropped, 1);
@@ -293,8 +287,6 @@ impl UdDatapath {
         match self.qp.post_skb_ud(skb, offset, ah, dest.qpn(), qkey) {
             Ok(()) => {
                 self.sends_posted.fetch_add(1, Ordering::Relaxed);
-                bump(&c.tx_packets, 1);
-                bump(&c.tx_bytes, u64::from(len));
             }
             Err((_, skb)) => {
                 self.credits.give(1);
@@ -315,7 +307,10 @@ impl UdDatapath {
                     self.sends_done.fetch_add(1, Ordering::Relaxed);
                     self.credits.give(1);
                     match wc.status() {
-                        WcStatus::Success => sent.consume(),
+                        WcStatus::Success => {
+                            self.counters.count_sent(&sent);
+                            sent.consume();
+                        }
                         // Failed or flushed: either way the queue pair may have failed,
                         // have it checked. The packet is freed as a drop.
                         status => {
@@ -403,7 +398,7 @@ impl UdDatapath {
         } else {
             PacketType::Multicast
         };
-        if pkt_type != PacketType::Host {
+        if pkt_type == PacketType::Multicast {
             bump(&c.multicast, 1);
         }
         rx::deliver(msg, pkt_type, napi, c);

@@ -19,7 +19,8 @@ use kernel::{
     sync::{Arc, SpinLockBh},
 };
 
-/// Entries kept before the table starts over; the handles are cheap to make again.
+/// Entries kept; beyond, the destination used least recently makes room (its handle is
+/// cheap to make again).
 const MAX_NEIGHBOURS: usize = 256;
 /// Retired handles waiting for their sends to complete.
 const RETIRED_MAX: usize = 2 * MAX_NEIGHBOURS;
@@ -104,9 +105,10 @@ impl Neighbours {
         self.entries.get(gid).is_some()
     }
 
-    /// Adds `node`, made for `gid`, `posted` sends having been posted so far; a full table
-    /// is retired first. A node whose destination already has a handle comes back, to be
-    /// dropped outside the lock (nothing was sent through it).
+    /// Adds `node`, made for `gid`, `posted` sends having been posted so far; in a full
+    /// table the destination used least recently makes room. A node whose destination
+    /// already has a handle comes back, to be dropped outside the lock (nothing was sent
+    /// through it).
     pub(crate) fn insert(
         &mut self,
         gid: &[u8; 16],
@@ -117,7 +119,7 @@ impl Neighbours {
             return Some(node);
         }
         if self.len >= MAX_NEIGHBOURS {
-            self.retire_idle(i64::MAX, posted);
+            self.retire_oldest(posted);
         }
         // Not present (checked above): nothing is replaced.
         let replaced = self.entries.insert(node);
@@ -160,6 +162,26 @@ impl Neighbours {
             if n < keys.len() {
                 return retired;
             }
+        }
+    }
+
+    /// Retires the destination used least recently, `posted` sends having been posted so
+    /// far. Handles just made, which packets may still wait for, are the newest: they stay.
+    fn retire_oldest(&mut self, posted: u64) {
+        let Some(oldest) = self
+            .entries
+            .iter()
+            .min_by_key(|(_, entry)| entry.used)
+            .map(|(gid, _)| *gid)
+        else {
+            return;
+        };
+        let Some(slot) = self.retired.iter_mut().find(|s| s.is_none()) else {
+            return;
+        };
+        if let Some(entry) = self.entries.remove(&oldest) {
+            *slot = Some((posted, entry.ah));
+            self.len -= 1;
         }
     }
 

@@ -170,20 +170,20 @@ impl Paths {
         ah: Option<&Arc<AddressHandle>>,
         dev: &NetDevice,
     ) -> bool {
-        let Some(len) = ud.sendable_len(&mut skb) else {
+        if !ud.sendable(&mut skb) {
             return false;
-        };
+        }
         // Every send through a neighbour's handle is posted under the table's lock, so that
         // a handle the table retires is known to be unused once as many sends completed as
         // were posted by then (see `neigh.rs`).
         let mut neigh = self.neigh.lock();
         if let Some(ah) = ah {
-            ud.post(skb, dest, ah, len, dev);
+            ud.post(skb, dest, ah, dev);
             return false;
         }
         match neigh.get(&dest.gid().0, now_ms()) {
             Some(ah) => {
-                ud.post(skb, dest, ah, len, dev);
+                ud.post(skb, dest, ah, dev);
                 false
             }
             None => {
@@ -235,8 +235,7 @@ impl Paths {
                 continue;
             };
             // Its size was checked when it was held.
-            let len = skb.len().saturating_sub(HWADDR_LEN as u32);
-            ud.post(skb, &dest, ah, len, dev);
+            ud.post(skb, &dest, ah, dev);
         }
     }
 
@@ -429,14 +428,17 @@ impl Paths {
         drop(queries);
     }
 
-    /// Drops every held packet and the queries for them (the interface goes down).
+    /// Drops every held packet, counted, and the queries for them (the interface goes
+    /// down).
     pub(crate) fn drop_all(&self) {
         self.cancel_queries();
         let mut held = self.held.lock();
+        let mut dropped = 0;
         for slot in held.iter_mut() {
-            *slot = None;
+            dropped += u64::from(slot.take().is_some());
         }
         self.held_count.store(0, Ordering::Relaxed);
+        bump(&self.counters.tx_dropped, dropped);
     }
 
     /// Forgets the destinations unused since `deadline` (all with `i64::MAX`): their

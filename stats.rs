@@ -4,7 +4,8 @@
 //! and the clock of the times the driver keeps.
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::{c_str, net::dev::Stats64, str::CStr, time::Ktime};
+use crate::wire::HWADDR_LEN;
+use kernel::{c_str, net::dev::Stats64, rdma::qp::Sent, str::CStr, time::Ktime};
 
 /// Monotonic time in milliseconds: last uses, idle times and join times are kept in it.
 pub(crate) fn now_ms() -> i64 {
@@ -22,7 +23,7 @@ pub(crate) struct Counters {
     pub(crate) tx_bytes: AtomicU64,
     pub(crate) tx_dropped: AtomicU64,
     pub(crate) tx_errors: AtomicU64,
-    /// Multicast and broadcast datagrams received.
+    /// Multicast datagrams received (broadcast ones not, as in C).
     pub(crate) multicast: AtomicU64,
     /// Transmit connections established, and attempts that failed before.
     pub(crate) cm_tx_established: AtomicU64,
@@ -86,6 +87,19 @@ pub(crate) fn bump(c: &AtomicU64, n: u64) {
 }
 
 impl Counters {
+    /// Counts a packet whose send completed successfully: a packet is sent when the device
+    /// says so, not when it is posted (a failed completion counts as an error only). Its
+    /// bytes are those after the pseudo header, as the C driver counts them.
+    pub(crate) fn count_sent(&self, sent: &Sent) {
+        if let Sent::Skb(skb) = sent {
+            bump(&self.tx_packets, 1);
+            bump(
+                &self.tx_bytes,
+                u64::from(skb.len().saturating_sub(HWADDR_LEN as u32)),
+            );
+        }
+    }
+
     /// Copies the counters into the stack's statistics.
     pub(crate) fn fill(&self, stats: &mut Stats64) {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -93,6 +107,7 @@ impl Counters {
         stats.set_tx(l(&self.tx_packets), l(&self.tx_bytes));
         stats.set_rx_errors(l(&self.rx_errors), l(&self.rx_dropped));
         stats.set_tx_errors(l(&self.tx_errors), l(&self.tx_dropped));
+        stats.set_multicast(l(&self.multicast));
     }
 
     /// Fills `values` in the order of [`ETHTOOL_STATS`].

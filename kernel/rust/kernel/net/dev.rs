@@ -373,6 +373,11 @@ impl Stats64 {
         self.0.tx_errors = errors;
         self.0.tx_dropped = dropped;
     }
+
+    /// Multicast packets received.
+    pub fn set_multicast(&mut self, packets: u64) {
+        self.0.multicast = packets;
+    }
 }
 
 /// The multicast hardware addresses of a device (`dev->mc`), readable while the core holds

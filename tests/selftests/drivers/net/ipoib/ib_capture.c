@@ -6,7 +6,7 @@
  * its count:
  *   ud slid=S dlid=D pkey=0xPPPP qkey=0xQQQQQQQQ grh=G    datagrams (not MADs)
  *   rc slid=S dlid=D pkey=0xPPPP                           RC packets
- *   REQ slid=S retry=R rnr=N qpn=0xQQQQQQ mtu=M           CM requests
+ *   REQ slid=S retry=R rnr=N qpn=0xQQQQQQ mtu=M srq=Q     CM requests
  *   REP slid=S rnr=N qpn=0xQQQQQQ mtu=M                   CM replies
  * (qpn and mtu: IPoIB's private data, RFC 4755.) Usage: ib_capture IFNAME SECONDS
  * Exits non-zero if the interface cannot be watched.
@@ -76,9 +76,10 @@ static void cm_mad(const uint8_t *mad, size_t len, unsigned int slid)
 	attr = be(mad + 16, 2);
 	if (attr == CM_REQ) {
 		snprintf(line, sizeof(line),
-			 "REQ slid=%u retry=%u rnr=%u qpn=0x%06x mtu=%u", slid,
-			 mad[71] & 7, mad[74] & 7, be(mad + 164, 4) & 0xffffff,
-			 be(mad + 168, 4));
+			 "REQ slid=%u retry=%u rnr=%u qpn=0x%06x mtu=%u srq=%u",
+			 slid, mad[71] & 7, mad[74] & 7,
+			 be(mad + 164, 4) & 0xffffff, be(mad + 168, 4),
+			 (mad[75] >> 3) & 1);
 		note(line);
 	} else if (attr == CM_REP) {
 		snprintf(line, sizeof(line), "REP slid=%u rnr=%u qpn=0x%06x mtu=%u",

@@ -19,7 +19,7 @@ if ! modinfo "$MODULE" >/dev/null 2>&1 || ! modinfo "$SELFTEST" >/dev/null 2>&1;
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 7
+ktap_set_plan 8
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -72,6 +72,37 @@ reachable() {
 }
 ipoib_check "$ib_b still takes a connection" reachable
 ip netns del crowd 2>/dev/null
+
+# 300 datagram destinations, beyond the 256 address handles the interface keeps, in five
+# bursts of 60 (made-up hosts with link-local GIDs, whose MACs follow from the GIDs): the
+# fifth burst's handles are made in passes that fill the table, so older handles must make
+# room, not those of the burst whose packets still wait. Every datagram is sent or counted
+# as dropped (64 wait at most), none stays waiting; the table keeps 256.
+DESTS=300 WAVE=60
+dest_ip() { echo "10.77.$((1 + $1 / 200)).$((1 + $1 % 200))"; }
+many_destinations() {
+	local i w tx0 drop0 sent dropped
+	sysctl -qw "net.ipv6.conf.$ib_b.disable_ipv6=1"
+	ip addr add 10.77.0.1/16 dev "$ib_b" || return 1
+	for i in $(seq 0 $((DESTS - 1))); do
+		printf 'neigh replace %s dev %s nud permanent lladdr 00:00:00:48:fe:80:00:00:00:00:00:00:02:00:00:ff:fe:00:%02x:%02x\n' \
+			"$(dest_ip "$i")" "$ib_b" $((i / 256)) $((i % 256))
+	done >/tmp/crowd.neigh
+	ip -batch /tmp/crowd.neigh || return 1
+	tx0=$(stat tx_packets) drop0=$(stat tx_dropped)
+	for w in $(seq 0 $((DESTS / WAVE - 1))); do
+		./udp_burst 9 $(for i in $(seq $((w * WAVE)) $((w * WAVE + WAVE - 1))); do dest_ip "$i"; done) ||
+			return 1
+		wait_for 10 eval '[ $(($(stat tx_packets) - tx0 + $(stat tx_dropped) - drop0)) -ge $((w * WAVE + WAVE)) ]'
+		echo "after burst $((w + 1)): $(($(stat tx_packets) - tx0)) sent, $(($(stat tx_dropped) - drop0)) dropped," \
+			"$(stat neighbours) address handles"
+	done
+	sent=$(($(stat tx_packets) - tx0)) dropped=$(($(stat tx_dropped) - drop0))
+	ip addr del 10.77.0.1/16 dev "$ib_b"
+	[ $((sent + dropped)) = "$DESTS" ] && [ "$sent" -ge 256 ] && [ "$(stat neighbours)" -le 256 ]
+}
+ipoib_check "$DESTS destinations in bursts of $WAVE: every datagram sent or dropped, none left waiting; 256 handles kept" \
+	many_destinations
 KLOG_MARK=$start_mark
 ipoib_check "unloaded, kernel log clean" eval 'wait_for 10 eval "rmmod $MODULE" && klog_clean_since'
 ktap_finished

@@ -30,7 +30,7 @@ if [ ! -d "$FS" ] || [ ! -e /proc/self/fail-nth ]; then
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 9
+ktap_set_plan 10
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -84,6 +84,63 @@ ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 
 ipoib_check "ip link set $ib_a up under kmalloc failures: fails cleanly or comes up" \
 	sweep "link up" "ip link set $ib_a down" ip link set "$ib_a" up
+# A failed open must undo what it started. With the stack-trace filter, fail-nth counts only
+# the allocations made under our module's code, so N walks through those of our open one by
+# one, up to the connection listener, made last; after each failed attempt the module must
+# unload at once (a half-open interface kept its neighbour ageing requeueing itself, and
+# removal waited for it for ever).
+# only_module_allocations: the stack-trace filter set to the module's text (or cleared).
+only_module_allocations() {
+	local start size
+	start=$(cat /sys/module/$MODULE/sections/.text) &&
+		size=$(awk -v m=$MODULE '$1 == m { print $2 }' /proc/modules) && [ -n "$size" ] || return 1
+	echo 32 >$FS/stacktrace-depth
+	echo "$start" >$FS/require-start
+	printf '0x%x\n' $((start + size)) >$FS/require-end
+}
+all_allocations() {
+	echo 0 >$FS/require-start
+	echo 0xffffffffffffffff >$FS/require-end
+}
+open_undone() {
+	local n ifc=$ib_a pid failed=0 ok=0
+	klog_mark
+	for n in $(seq 1 40); do
+		only_module_allocations || { echo "no module text"; return 1; }
+		if under_failslab "$n" ip link set "$ifc" up; then
+			ip link set "$ifc" down
+			# Past the open's allocations once a few in a row go through.
+			ok=$((ok + 1))
+			[ "$ok" -lt 3 ] && continue
+			break
+		fi
+		ok=0 failed=$((failed + 1))
+		all_allocations
+		rmmod "$MODULE" &
+		pid=$!
+		if ! wait_for 30 eval '! kill -0 $pid 2>/dev/null'; then
+			echo "rmmod still running 30 s after allocation $n of the open failed"
+			return 1
+		fi
+		wait "$pid" && modprobe "$MODULE" && wait_for 10 eval 'ifc=$(if_of rxe0); [ -n "$ifc" ]' ||
+			return 1
+	done
+	all_allocations
+	echo "$failed failed opens, each undone"
+	klog_since | grep -m 1 "cannot listen for connections" || {
+		echo "no attempt failed at the listener"
+		return 1
+	}
+	klog_clean_since
+}
+if [ -e $FS/require-start ]; then
+	ipoib_check "ip link set $ib_a up failing at each of its allocations in turn: nothing left running" \
+		open_undone
+	ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
+else
+	ipoib_skip "ip link set up failing at each of its allocations in turn" \
+		"no stack-trace filter (CONFIG_FAULT_INJECTION_STACKTRACE_FILTER)"
+fi
 ipoib_check "mode switches of $ib_a (up) under kmalloc failures" eval '
 	ip link set '"$ib_a"' up &&
 	sweep "mode datagram" "echo connected >/sys/class/net/'"$ib_a"'/mode" \

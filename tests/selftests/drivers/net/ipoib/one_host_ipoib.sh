@@ -15,7 +15,7 @@ if ! modinfo "$MODULE" >/dev/null 2>&1; then
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 11
+ktap_set_plan 12
 klog_mark
 start_mark=$KLOG_MARK
 # The driver ages its neighbours at the pace of the ARP table's collection: 1 s here.
@@ -34,6 +34,25 @@ netns_setup() {
 ipoib_check "$ib_b (rxe1) moved into namespace $NS, both interfaces up" netns_setup
 ipoib_check "ping $ib_a -> $ib_b across namespaces" wait_for 30 ping -c 1 -W 1 198.51.100.2
 ipoib_check "ping back $ib_b -> $ib_a" ip netns exec "$NS" ping -c 2 -W 2 198.51.100.1
+# Multicast counted as C counts it: datagrams to groups other than the broadcast one, shown
+# by ip -s link as by ethtool. Five datagrams to the subnet's broadcast address move it not
+# at all, five to the all-hosts group (which every interface joins) by five at least.
+peer_stat() { ip netns exec "$NS" cat "/sys/class/net/$ib_b/statistics/$1"; }
+multicast_counted() {
+	local m0 rx0 m1 rx1 m2
+	m0=$(peer_stat multicast) rx0=$(peer_stat rx_packets)
+	./udp_burst 9 198.51.100.255 198.51.100.255 198.51.100.255 198.51.100.255 198.51.100.255
+	wait_for 5 eval '[ $(($(peer_stat rx_packets) - rx0)) -ge 5 ]' || { echo "broadcast not received"; return 1; }
+	m1=$(peer_stat multicast) rx1=$(peer_stat rx_packets)
+	./mcast_udp send "$ib_a" 224.0.0.1 9 5 100
+	wait_for 5 eval '[ $(($(peer_stat rx_packets) - rx1)) -ge 5 ]' || { echo "multicast not received"; return 1; }
+	m2=$(peer_stat multicast)
+	echo "multicast: $m0 -> $m1 after 5 broadcast datagrams -> $m2 after 5 to 224.0.0.1"
+	ip -n "$NS" -s link show "$ib_b"
+	[ "$m1" = "$m0" ] && [ $((m2 - m1)) -ge 5 ] &&
+		[ "$(ip netns exec "$NS" ethtool -S "$ib_b" | awk '$1 == "multicast:" { print $2 }')" = "$m2" ]
+}
+ipoib_check "multicast counted (ip -s link, ethtool -S), broadcast not" multicast_counted
 # Malformed datagrams from a user-space UD queue pair on rxe1 to the interface of rxe0.
 stat_of() { cat "/sys/class/net/$ib_a/statistics/$1"; }
 in_hdr_errors() { awk '/^Ip: [0-9]/ { print $4 }' /proc/net/snmp; }
