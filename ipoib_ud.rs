@@ -273,7 +273,13 @@ impl UdDatapath {
     /// Posts what `skb` carries after its pseudo header to `dest` through `ah`, from the
     /// packet's own memory (its size checked by [`Self::sendable`]). Called with the
     /// interface's neighbour table locked.
-    pub(crate) fn post(&self, mut skb: SkBuff, dest: &HwAddr, ah: &Arc<AddressHandle>, dev: &NetDevice) {
+    pub(crate) fn post(
+        &self,
+        mut skb: SkBuff,
+        dest: &HwAddr,
+        ah: &Arc<AddressHandle>,
+        dev: &NetDevice,
+    ) {
         let c = &self.counters;
         if !self.credits.take(dev) {
             bump(&c.tx_dropped, 1);

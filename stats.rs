@@ -3,8 +3,8 @@
 //! Interface counters, shared by datagram and connected mode and updated without locks,
 //! and the clock of the times the driver keeps.
 
-use core::sync::atomic::{AtomicU64, Ordering};
 use crate::wire::HWADDR_LEN;
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{c_str, net::dev::Stats64, rdma::qp::Sent, str::CStr, time::Ktime};
 
 /// Monotonic time in milliseconds: last uses, idle times and join times are kept in it.
