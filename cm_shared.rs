@@ -15,7 +15,7 @@ use crate::{
     stats::Counters,
     wire::{self, CmPrivateData, CM_BUF_SIZE},
 };
-use core::sync::atomic::AtomicBool;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
     net::napi::NapiHandle,
     prelude::*,
@@ -45,8 +45,9 @@ pub(crate) struct CmShared {
     pub(crate) partition: Arc<PartitionIndex>,
     /// Our UD QPN, announced in REQs and REPs.
     pub(crate) local_qpn: u32,
-    /// The path MTU of connections (the port's active MTU).
-    pub(crate) path_mtu: Mtu,
+    /// The path MTU of connections on RoCE (the port's active MTU, in bytes; it follows
+    /// the port). On InfiniBand the SA's path records say it.
+    pub(crate) path_mtu: AtomicU32,
     /// Where the paths of transmit connections come from.
     pub(crate) resolver: PathResolver,
     /// Sends a transmit connection's queue pair and CQ take: all the interface's credits.
@@ -87,6 +88,11 @@ impl CmShared {
         } else {
             7
         }
+    }
+
+    /// The path MTU connections are requested with on RoCE.
+    pub(crate) fn path_mtu(&self) -> Mtu {
+        Mtu::from_bytes(self.path_mtu.load(Ordering::Relaxed)).unwrap_or(Mtu::Mtu256)
     }
 
     /// The name of the device, for the log.

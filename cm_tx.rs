@@ -285,7 +285,7 @@ impl TxConnection {
         let qp = port.new_rc_qp(cq.clone(), ring, None, 0)?;
         let (path, sgid) =
             port.resolver
-                .connection_path(&port.device, &self.dest.gid(), port.path_mtu)?;
+                .connection_path(&port.device, &self.dest.gid(), port.path_mtu())?;
         let link = Arc::new(
             TxLink {
                 qp,

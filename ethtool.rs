@@ -44,11 +44,9 @@ impl EthtoolState {
         }
     }
 
-    /// Queries the port again (process context, without RTNL): on a port event.
-    pub(crate) fn refresh(&self, device: &Device, port: u32) {
-        if let Ok(attr) = device.port_attr(port) {
-            self.speed_mbps.store(attr.speed_mbps(), Ordering::Relaxed);
-        }
+    /// Takes the port's speed, as queried again (on a port event, and periodically).
+    pub(crate) fn set_speed(&self, speed_mbps: u32) {
+        self.speed_mbps.store(speed_mbps, Ordering::Relaxed);
     }
 
     /// Takes the speed `other` knows (that of the parent interface, for a child).

@@ -23,13 +23,13 @@ use crate::{
     ipoib_ud::UdDatapath,
     path::GID_INDEX,
     stats::{bump, now_ms},
-    wire::Gid,
+    wire::{Gid, ENCAP_HEADER_LEN},
 };
 use core::sync::atomic::Ordering;
 use kernel::{
     net::{dev::NetDevice, neigh::arp_gc_interval_ms},
     prelude::*,
-    rdma::event::AsyncEvent,
+    rdma::{device::Mtu, event::AsyncEvent},
     sync::{Arc, ArcBorrow},
     time::msecs_to_jiffies,
     workqueue::{self, WorkItem},
@@ -84,7 +84,22 @@ impl Interface {
     /// on to the children; on InfiniBand, after a change of the fabric, flushes paths and
     /// groups of the interface and its children.
     pub(crate) fn refresh_port(self: &Arc<Self>) {
-        self.ethtool.refresh(&self.device, self.port);
+        // Queried here, in a work item no one waits for under RTNL: querying a RoCE port
+        // takes RTNL.
+        match self.device.port_attr(self.port) {
+            Ok(attr) => {
+                self.ethtool.set_speed(attr.speed_mbps());
+                if let Some(mtu) = attr.active_mtu() {
+                    self.follow_port_mtu(mtu);
+                }
+            }
+            Err(e) => pr_warn!(
+                "{} port {}: port not queried ({:?})\n",
+                self.device.name(),
+                self.port,
+                e
+            ),
+        }
         self.children()
             .for_each(|c| c.interface().ethtool.copy_speed(&self.ethtool));
         if self.fabric_changed.swap(false, Ordering::Relaxed) {
@@ -148,11 +163,37 @@ impl Interface {
         let _ = workqueue::system().enqueue_delayed::<_, NEIGH_GC_WORK>(self.clone(), delay);
     }
 
+    /// Follows the port's active MTU `mtu`, which under rxe follows its Ethernet device's
+    /// MTU without an event: datagrams carry at most as much (in datagram mode the
+    /// interface's MTU is lowered to it by the RTNL work item; raised again, it is the
+    /// user's to raise), and on RoCE connections are made with it as their path MTU (those
+    /// made with another are closed and made again).
+    fn follow_port_mtu(self: &Arc<Self>, mtu: Mtu) {
+        let datagrams = self.ud.set_port_mtu(mtu.bytes() - ENCAP_HEADER_LEN as u32);
+        let connections = match &self.cm {
+            Some(cm) if !self.on_infiniband() => cm.set_path_mtu(mtu),
+            _ => false,
+        };
+        if datagrams.is_none() && !connections {
+            return;
+        }
+        pr_info!(
+            "{} port {}: the port's MTU is {} now: datagrams carry {} bytes\n",
+            self.device.name(),
+            self.port,
+            mtu.bytes(),
+            self.ud.mtu()
+        );
+        let _ = workqueue::system().enqueue::<_, RTNL_WORK>(self.clone());
+    }
+
     /// Forgets destinations unused for two collection intervals (the delayed work item),
-    /// then runs again while the interface is up.
+    /// and has the port read again (its MTU may have changed), then runs again while the
+    /// interface is up.
     pub(crate) fn collect_neighbours(self: &Arc<Self>) {
         let deadline = now_ms() - 2 * i64::from(Self::neigh_gc_ms());
         self.paths.forget(&self.ud, deadline);
+        let _ = workqueue::system().enqueue::<_, PORT_WORK>(self.clone());
         if self.is_up() {
             self.schedule_neigh_gc();
         }

@@ -773,14 +773,20 @@ impl Interface {
 
     /// Waits for every work item of the interface (once it is unregistered).
     pub(crate) fn flush_work(&self) {
+        // Those that queue others first: neighbour ageing queues the port work item, which
+        // (like the stall work item) may queue the RTNL, resolve and multicast work items,
+        // the UD recovery and connected mode's work.
+        while self.neigh_gc.flush() {}
+        self.port_work.flush();
         self.stall_work.flush();
+        self.rtnl_work.flush();
         self.resolve_work.flush();
         self.mcast_work.flush();
         while self.mcast_retry.flush() {}
-        self.rtnl_work.flush();
         self.ud.flush_work();
-        self.port_work.flush();
-        while self.neigh_gc.flush() {}
+        if let Some(cm) = &self.cm {
+            cm.flush_work();
+        }
     }
 
     /// Applies `ethtool -C` to the receive CQ.

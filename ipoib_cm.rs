@@ -27,7 +27,7 @@ use crate::{
     stats::{bump, now_ms, Counters},
     wire::{self, HwAddr, CM_MTU, HWADDR_LEN},
 };
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
     net::{
         dev::NetDevice,
@@ -123,7 +123,7 @@ impl ConnectedMode {
             port,
             partition,
             local_qpn,
-            path_mtu,
+            path_mtu: AtomicU32::new(path_mtu.bytes()),
             resolver,
             send_ring,
             pd: pd.clone(),
@@ -279,6 +279,13 @@ impl ConnectedMode {
         self.destroy_connections(true);
     }
 
+    /// Waits for connected mode's work items (the interface is gone: once stopped, only
+    /// the interface's own work items, flushed before, queue them).
+    pub(crate) fn flush_work(&self) {
+        while self.stale_work.flush() {}
+        self.work.flush();
+    }
+
     /// Fails the transmit connections whose sends have not completed since `deadline` (ms,
     /// monotonic), after a transmit timeout; returns how many.
     pub(crate) fn fail_stalled(&self, deadline: i64) -> usize {
@@ -287,6 +294,17 @@ impl ConnectedMode {
             failed += usize::from(conn.fail_if_stalled(deadline));
         }
         failed
+    }
+
+    /// Requests connections with path MTU `mtu` from now on (RoCE: the port's changed);
+    /// those made with another are closed, to be made again with it. Returns whether it
+    /// changed.
+    pub(crate) fn set_path_mtu(self: &Arc<Self>, mtu: Mtu) -> bool {
+        if self.shared.path_mtu.swap(mtu.bytes(), Ordering::Relaxed) == mtu.bytes() {
+            return false;
+        }
+        self.close_tx();
+        true
     }
 
     /// Closes every transmit connection (the interface left connected mode).

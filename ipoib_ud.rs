@@ -80,9 +80,12 @@ pub(crate) struct UdDatapath {
     /// The P_Key index the queue pair was made ready with, if it was (the recovery work
     /// item changes it).
     readied: PartitionIndex,
-    /// Largest payload of a datagram: the port's, or on InfiniBand the broadcast group's
-    /// if smaller.
+    /// Largest payload of a datagram: the smaller of the port's (which follows the port:
+    /// under rxe, the Ethernet MTU) and, on InfiniBand, the broadcast group's (`u32::MAX`
+    /// until joined).
     mtu: AtomicU32,
+    port_mtu: AtomicU32,
+    group_mtu: AtomicU32,
     recv_ring: u32,
     gid: Arc<LocalGid>,
     /// Our LID (InfiniBand; 0 on RoCE), changed by port events.
@@ -165,6 +168,8 @@ impl UdDatapath {
                 port,
                 partition,
                 readied: PartitionIndex::new(index),
+                port_mtu: AtomicU32::new(mtu),
+                group_mtu: AtomicU32::new(u32::MAX),
                 mtu: AtomicU32::new(mtu),
                 recv_ring,
                 gid,
@@ -207,16 +212,39 @@ impl UdDatapath {
     /// Bounds datagram payloads by `mtu` (the broadcast group's) where it is below the
     /// port's.
     pub(crate) fn limit_mtu(&self, mtu: u32) {
-        let old = self.mtu.fetch_min(mtu, Ordering::Relaxed);
-        if mtu < old {
+        self.group_mtu.store(mtu, Ordering::Relaxed);
+        let old = self.mtu();
+        let port = self.port_mtu.load(Ordering::Relaxed);
+        if self.update_mtu() < old && mtu < port {
             pr_info!(
                 "{} port {}: the broadcast group's MTU limits datagrams to {} bytes (the port takes {})\n",
                 self.device.name(),
                 self.port,
                 mtu,
-                old
+                port
             );
         }
+    }
+
+    /// Takes the payload the port now carries, `mtu` (its active MTU less the
+    /// encapsulation header); returns the datagram payload if it changed.
+    pub(crate) fn set_port_mtu(&self, mtu: u32) -> Option<u32> {
+        if self.port_mtu.swap(mtu, Ordering::Relaxed) == mtu {
+            return None;
+        }
+        let old = self.mtu();
+        let new = self.update_mtu();
+        (new != old).then_some(new)
+    }
+
+    /// Sets the datagram payload from the port's and the group's; returns it.
+    fn update_mtu(&self) -> u32 {
+        let mtu = self
+            .port_mtu
+            .load(Ordering::Relaxed)
+            .min(self.group_mtu.load(Ordering::Relaxed));
+        self.mtu.store(mtu, Ordering::Relaxed);
+        mtu
     }
 
     /// Largest IPoIB payload of a datagram.

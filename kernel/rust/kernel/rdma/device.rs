@@ -329,6 +329,8 @@ impl fmt::Display for PortState {
 /// assert_eq!(Mtu::Mtu1024.bytes(), 1024);
 /// assert_eq!(Mtu::Mtu4096.bytes(), 4096);
 /// assert!(Mtu::Mtu2048 < Mtu::Mtu4096);
+/// assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
+/// assert_eq!(Mtu::from_bytes(1500), None);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mtu {
@@ -359,6 +361,18 @@ impl Mtu {
     /// The MTU in bytes.
     pub fn bytes(self) -> u32 {
         128 << (self as u32)
+    }
+
+    /// The MTU of `bytes` bytes, if there is one of that size.
+    pub fn from_bytes(bytes: u32) -> Option<Self> {
+        Some(match bytes {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
     }
 }
 

@@ -15,7 +15,7 @@ if ! modinfo "$MODULE" >/dev/null 2>&1; then
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
 module_loaded && rmmod "$MODULE"
-ktap_set_plan 12
+ktap_set_plan 13
 klog_mark
 start_mark=$KLOG_MARK
 # The driver ages its neighbours at the pace of the ARP table's collection: 1 s here.
@@ -53,6 +53,43 @@ multicast_counted() {
 		[ "$(ip netns exec "$NS" ethtool -S "$ib_b" | awk '$1 == "multicast:" { print $2 }')" = "$m2" ]
 }
 ipoib_check "multicast counted (ip -s link, ethtool -S), broadcast not" multicast_counted
+# The port follows its Ethernet device's MTU (under rxe, without an event), and the
+# interfaces follow the port within a few collection intervals (1 s here). In datagram
+# mode: at Ethernet MTU 3000 the port carries 2048-byte packets and ib MTU 2044 can be set,
+# 2000-byte pings go whole; back at 1500, the MTU comes down to 1020 by itself and they go
+# in fragments (at 2044 they would vanish). In connected mode: a connection made at path
+# MTU 2048 is made again at 1024 when the Ethernet MTU comes down, 3000-byte pings go on.
+mtus() { echo "$(cat "/sys/class/net/$ib_a/mtu") $(ip netns exec "$NS" cat "/sys/class/net/$ib_b/mtu")"; }
+modes() {
+	echo "$1" >"/sys/class/net/$ib_a/mode" && ip netns exec "$NS" sh -c "echo $1 >/sys/class/net/$ib_b/mode"
+}
+ethernet_mtu() { ip link set veth0 mtu "$1" && ip link set veth1 mtu "$1"; }
+port_mtu() { [ "$(klog_since | grep -c "port's MTU is $1 now")" -ge 2 ]; }
+port_mtu_followed() {
+	local mode
+	mode=$(cat "/sys/class/net/$ib_a/mode")
+	klog_mark
+	modes datagram && ethernet_mtu 3000 || return 1
+	wait_for 40 eval 'ip link set "$ib_a" mtu 2044 2>/dev/null && ip -n "$NS" link set "$ib_b" mtu 2044 2>/dev/null' || {
+		echo "MTU 2044 refused at Ethernet MTU 3000"
+		ethernet_mtu 1500
+		return 1
+	}
+	echo "MTUs $(mtus) at Ethernet MTU 3000"
+	ping -c 2 -W 2 -s 2000 198.51.100.2 && ethernet_mtu 1500 &&
+		wait_for 40 eval '[ "$(mtus)" = "1020 1020" ]' && echo "MTUs $(mtus) at Ethernet MTU 1500" &&
+		ping -c 2 -W 2 -s 2000 198.51.100.2 || return 1
+	klog_mark
+	ethernet_mtu 3000 && wait_for 40 port_mtu 2048 && modes connected &&
+		wait_for 20 ping -c 1 -W 2 -s 3000 198.51.100.2 &&
+		grep "^tx peer .* state Live" "/sys/kernel/debug/ipoib/${ib_a}_cm" || return 1
+	klog_mark
+	ethernet_mtu 1500 && wait_for 40 port_mtu 1024 && wait_for 30 ping -c 1 -W 2 -s 3000 198.51.100.2 &&
+		ping -c 2 -W 2 -s 3000 198.51.100.2 && klog_since | grep "port's MTU is" && modes datagram &&
+		modes "$mode"
+}
+ipoib_check "Ethernet MTU changed under rxe: the interfaces follow the port in both modes, pings get through" \
+	port_mtu_followed
 # Malformed datagrams from a user-space UD queue pair on rxe1 to the interface of rxe0.
 stat_of() { cat "/sys/class/net/$ib_a/statistics/$1"; }
 in_hdr_errors() { awk '/^Ip: [0-9]/ { print $4 }' /proc/net/snmp; }
