@@ -80,10 +80,9 @@ pub(crate) struct UdDatapath {
     /// The P_Key index the queue pair was made ready with, if it was (the recovery work
     /// item changes it).
     readied: PartitionIndex,
-    /// Largest payload of a datagram: the smaller of the port's (which follows the port:
+    /// Largest payload of a datagram is the smaller of the port's (which follows the port:
     /// under rxe, the Ethernet MTU) and, on InfiniBand, the broadcast group's (`u32::MAX`
-    /// until joined).
-    mtu: AtomicU32,
+    /// until joined): read together, so that two writers cannot leave a stale minimum.
     port_mtu: AtomicU32,
     group_mtu: AtomicU32,
     recv_ring: u32,
@@ -170,7 +169,6 @@ impl UdDatapath {
                 readied: PartitionIndex::new(index),
                 port_mtu: AtomicU32::new(mtu),
                 group_mtu: AtomicU32::new(u32::MAX),
-                mtu: AtomicU32::new(mtu),
                 recv_ring,
                 gid,
                 lid: AtomicU32::new(u32::from(lid)),
@@ -212,10 +210,10 @@ impl UdDatapath {
     /// Bounds datagram payloads by `mtu` (the broadcast group's) where it is below the
     /// port's.
     pub(crate) fn limit_mtu(&self, mtu: u32) {
-        self.group_mtu.store(mtu, Ordering::Relaxed);
         let old = self.mtu();
+        self.group_mtu.store(mtu, Ordering::Relaxed);
         let port = self.port_mtu.load(Ordering::Relaxed);
-        if self.update_mtu() < old && mtu < port {
+        if self.mtu() < old && mtu < port {
             pr_info!(
                 "{} port {}: the broadcast group's MTU limits datagrams to {} bytes (the port takes {})\n",
                 self.device.name(),
@@ -229,27 +227,17 @@ impl UdDatapath {
     /// Takes the payload the port now carries, `mtu` (its active MTU less the
     /// encapsulation header); returns the datagram payload if it changed.
     pub(crate) fn set_port_mtu(&self, mtu: u32) -> Option<u32> {
-        if self.port_mtu.swap(mtu, Ordering::Relaxed) == mtu {
-            return None;
-        }
         let old = self.mtu();
-        let new = self.update_mtu();
+        self.port_mtu.store(mtu, Ordering::Relaxed);
+        let new = self.mtu();
         (new != old).then_some(new)
-    }
-
-    /// Sets the datagram payload from the port's and the group's; returns it.
-    fn update_mtu(&self) -> u32 {
-        let mtu = self
-            .port_mtu
-            .load(Ordering::Relaxed)
-            .min(self.group_mtu.load(Ordering::Relaxed));
-        self.mtu.store(mtu, Ordering::Relaxed);
-        mtu
     }
 
     /// Largest IPoIB payload of a datagram.
     pub(crate) fn mtu(&self) -> u32 {
-        self.mtu.load(Ordering::Relaxed)
+        self.port_mtu
+            .load(Ordering::Relaxed)
+            .min(self.group_mtu.load(Ordering::Relaxed))
     }
 
     /// Records our LID after a port event.
@@ -289,7 +277,7 @@ impl UdDatapath {
         // rxe drops an oversize UD send while reporting success: enforce the MTU here. In
         // connected mode the stack may send more toward a peer reached over UD: tell it the
         // path MTU, as a router would.
-        let mtu = self.mtu.load(Ordering::Relaxed);
+        let mtu = self.mtu();
         if len > mtu + ENCAP_HEADER_LEN as u32 {
             let _ = skb.report_too_big(mtu);
             bump(&c.tx_dropped, 1);
