@@ -70,12 +70,14 @@ klog_clean_since() { ! klog_since | without_alloc_reports | grep -E "$KLOG_TROUB
 # if_of DEV: the interface the module logged for port 1 of RDMA device DEV since the mark.
 if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1; }
 
-# udp_flood SECONDS ADDR [NETNS]: 1000-byte UDP datagrams to ADDR's discard port, as fast
-# as they go, from namespace NETNS if given.
+# udp_flood SECONDS ADDR [NETNS]: starts sending 1000-byte UDP datagrams to ADDR's discard
+# port, as fast as they go, from namespace NETNS if given, in the background; $! is then the
+# flood's own process (timeout's), so that killing it stops the flood. (A function run with
+# `&` would be a subshell, whose death leaves the flood running into the next check.)
 udp_flood() {
 	local ns=()
 	[ -n "${3:-}" ] && ns=(ip netns exec "$3")
-	timeout "$1" "${ns[@]}" bash -c "exec 3>/dev/udp/$2/9; while :; do printf '%1000s' x >&3 2>/dev/null; done"
+	timeout "$1" "${ns[@]}" bash -c "exec 3>/dev/udp/$2/9; while :; do printf '%1000s' x >&3 2>/dev/null; done" &
 }
 
 # kernel_kib: KiB of slab and vmalloc memory in use, once freed objects went back (RCU)

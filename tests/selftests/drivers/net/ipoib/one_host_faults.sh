@@ -198,9 +198,9 @@ atomic_storm() {
 	echo 1 >$FS/interval
 	echo $times >$FS/times
 	echo 5 >$FS/probability
-	udp_flood 10 198.51.100.2 &
+	udp_flood 10 198.51.100.2
 	flooders=$!
-	udp_flood 10 198.51.100.1 "$NS" &
+	udp_flood 10 198.51.100.1 "$NS"
 	flooders="$flooders $!"
 	sleep 4
 	# New connections while allocations fail: the peer drops its own and makes new ones.

@@ -59,7 +59,7 @@ device_gone() {
 	addr=$(ip -n "$NS_PEER" -br link show "$ib_b" | awk '{ print $3 }')
 	wait_for 10 eval '[ "$(live_to_peer "$addr" | wc -l)" = 2 ]' || { cat "/sys/kernel/debug/ipoib/${ib_a}_cm"; return 1; }
 	live_to_peer "$addr"
-	udp_flood 30 "$PEER" &
+	udp_flood 30 "$PEER"
 	flooder=$!
 	sleep 1
 	start=$(date +%s)
@@ -102,7 +102,7 @@ silent_peer() {
 	tx0=$(cat "/sys/class/net/$ib_a/statistics/tx_packets") rx0=$(received) || return 1
 	ip link set veth1 address 02:00:00:00:00:99 || return 1
 	start=$(date +%s)
-	udp_flood 20 "$PEER" &
+	udp_flood 20 "$PEER"
 	flooder=$!
 	wait_for 15 eval '[ "$(ethtool_stat "$ib_a" tx_timeouts)" -ge 1 ]'
 	local fired=$?
