@@ -35,13 +35,18 @@ use kernel::{
         cm::{self, CmId, CmIdRef, Event, Handler, ListenHandler, QpState, Request},
         cq::{QpId, WcStatus, WorkCompletion},
         dma::ScatterBuffer,
-        qp::{QpEvent, QpEventHandler, QpType, QueuePair},
+        qp::{QpEvent, QpEventHandler, QpType, QueuePair, RnrTimer},
     },
     sync::{Arc, Mutex, SpinLockBh},
 };
 
 /// How long a closed receive connection may take to drain before it is destroyed anyway.
 const DRAIN_TIMEOUT_MS: i64 = 5000;
+
+/// How long a sender that found our receive buffers used up waits before it sends again:
+/// about as long as NAPI takes to put them back. The CM's default, the longest there is
+/// (655 ms), would stall a sender that retries (on RoCE, forever) for that long each time.
+const RNR_TIMER: RnrTimer = RnrTimer::at_least_us(640);
 
 /// Connected mode as receive connections and the listener see it.
 pub(crate) trait RxOwner: CmOwner {
@@ -411,7 +416,7 @@ impl ListenHandler for CmListen {
                 .map_err(|(e, _)| e)?;
         }
         let psn = cm::random_psn();
-        req.id().modify_qp_for_rep(&qp, psn)?;
+        req.id().modify_qp_for_rep(&qp, psn, RNR_TIMER)?;
         req.id().modify_qp(&qp, QpState::Rts)?;
         let conn = Arc::new(
             RxConnection {

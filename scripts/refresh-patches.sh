@@ -22,7 +22,7 @@ for p in "$REPO"/kernel/patches/*.patch; do
 			awk -v f="$f" '/^--- a\//{keep = ($2 == "a/" f)} keep' "$p" >>"$tmp"
 			continue
 		fi
-		diff -u --label "a/$f" --label "b/$f" "$SRC/$f" "$KTREE/$f" >>"$tmp" || true
+		diff -u -p --label "a/$f" --label "b/$f" "$SRC/$f" "$KTREE/$f" >>"$tmp" || true
 	done
 	if cmp -s "$tmp" "$p"; then
 		rm -f "$tmp"

@@ -23,7 +23,7 @@ use kernel::{
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
         qp::SharedQueue,
-        qp::{QpCaps, QpEvent, QpEventHandler, QpType, QueuePair, Sent},
+        qp::{QpCaps, QpEvent, QpEventHandler, QpType, QueuePair, RnrTimer, Sent},
         sa::{JoinState, McHandler, McJoin, McMemberRecord, PathHandler, PathQuery, SaClient},
         srq::{SharedReceiveQueue, SrqEvent, SrqEventHandler},
     },
@@ -644,7 +644,8 @@ impl ListenHandler for Passive {
             return Err(EINVAL);
         }
         let end = RcEnd::new(&self.ep, self.signal.clone(), Some(self.srq.clone()))?;
-        req.id().modify_qp_for_rep(&end.qp, 0x1234)?;
+        req.id()
+            .modify_qp_for_rep(&end.qp, 0x1234, RnrTimer::at_least_us(640))?;
         req.id()
             .send_rep(&end.qp, 0x1234, b"rep-data", true, REP_RNR_RETRY)?;
         let id = req.accept(end)?;

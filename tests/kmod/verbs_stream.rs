@@ -27,7 +27,7 @@ use kernel::{
         device::{Device, DeviceRef, Gid},
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpType, QueuePair, Sent, SharedQueue},
+        qp::{QpCaps, QpType, QueuePair, RnrTimer, Sent, SharedQueue},
         sa::{PathHandler, PathQuery, SaClient},
         srq::SharedReceiveQueue,
     },
@@ -324,7 +324,8 @@ impl ListenHandler for RcListener {
         }
         let end = rc_qp(&self.host, Some(&self.srq), self.signal.clone())?;
         let psn = cm::random_psn();
-        req.id().modify_qp_for_rep(&end.qp, psn)?;
+        req.id()
+            .modify_qp_for_rep(&end.qp, psn, RnrTimer::at_least_us(640))?;
         req.id()
             .send_rep(&end.qp, psn, PRIVATE_DATA, true, req.rnr_retry_count())?;
         *self.conn.lock() = Some(req.accept(end)?);

@@ -12,7 +12,7 @@
 
 use super::{
     device::{Device, DeviceRef, Gid},
-    qp::{QpType, QueuePair, RecvBuffer},
+    qp::{QpType, QueuePair, RecvBuffer, RnrTimer},
 };
 use crate::{
     bindings,
@@ -354,16 +354,22 @@ impl CmIdRef {
 
     /// Moves `qp` to RTR on the passive side before replying: the CM does not know the
     /// starting PSN of our reply yet, so the receive PSN is given here and must be the one
-    /// passed to [`CmIdRef::send_rep`].
-    pub fn modify_qp_for_rep<B: RecvBuffer>(&self, qp: &QueuePair<B>, psn: u32) -> Result {
-        self.modify_qp_psn(qp, QpState::Rtr, Some(psn & 0xff_ffff))
+    /// passed to [`CmIdRef::send_rep`]. A sender that finds no receive buffer is told to
+    /// wait `rnr_timer` (the CM would have it wait the longest, 655 ms).
+    pub fn modify_qp_for_rep<B: RecvBuffer>(
+        &self,
+        qp: &QueuePair<B>,
+        psn: u32,
+        rnr_timer: RnrTimer,
+    ) -> Result {
+        self.modify_qp_psn(qp, QpState::Rtr, Some((psn & 0xff_ffff, rnr_timer)))
     }
 
     fn modify_qp_psn<B: RecvBuffer>(
         &self,
         qp: &QueuePair<B>,
         state: QpState,
-        rq_psn: Option<u32>,
+        receiver: Option<(u32, RnrTimer)>,
     ) -> Result {
         // SAFETY: All-zero is a valid `ib_qp_attr`.
         let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
@@ -374,8 +380,10 @@ impl CmIdRef {
         let mut mask: c_int = 0;
         // SAFETY: The identifier is valid; `attr` and `mask` are valid for writes.
         to_result(unsafe { bindings::ib_cm_init_qp_attr(self.raw(), &mut attr, &mut mask) })?;
-        if let Some(psn) = rq_psn {
+        if let Some((psn, rnr_timer)) = receiver {
+            // The CM's mask for RTR has both (the timer only for RC, which alone has one).
             attr.rq_psn = psn;
+            attr.min_rnr_timer = rnr_timer.code();
         }
         qp.modify(&mut attr, mask as u32)
     }

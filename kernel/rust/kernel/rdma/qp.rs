@@ -169,6 +169,56 @@ pub enum QpType {
     Uc,
 }
 
+/// How long a sender that found no receive buffer waits before it sends again: the RNR
+/// NAK timer a receiving RC queue pair advertises (its minimum RNR timer). The wire carries
+/// a 5-bit code: 1 to 31 grow from 10 us to 491.52 ms, and 0 is the longest, 655.36 ms.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::qp::RnrTimer;
+///
+/// assert_eq!(RnrTimer::at_least_us(640).code(), 12);
+/// assert_eq!(RnrTimer::at_least_us(641).micros(), 960);
+/// assert_eq!(RnrTimer::at_least_us(0).code(), 1);
+/// assert_eq!(RnrTimer::at_least_us(500_000).code(), 0);
+/// assert_eq!(RnrTimer::at_least_us(u32::MAX).micros(), 655_360);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RnrTimer(u8);
+
+impl RnrTimer {
+    /// The wait of each code, in microseconds.
+    const MICROS: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560,
+        3_840, 5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880,
+        163_840, 245_760, 327_680, 491_520,
+    ];
+
+    /// The shortest wait of at least `us` microseconds (the longest there is, if none is
+    /// that long).
+    pub const fn at_least_us(us: u32) -> Self {
+        let mut code = 1;
+        while code < Self::MICROS.len() {
+            if Self::MICROS[code] >= us {
+                return Self(code as u8);
+            }
+            code += 1;
+        }
+        Self(0)
+    }
+
+    /// The code the wire carries.
+    pub const fn code(self) -> u8 {
+        self.0
+    }
+
+    /// The wait, in microseconds.
+    pub const fn micros(self) -> u32 {
+        Self::MICROS[self.0 as usize]
+    }
+}
+
 /// Most scatter/gather entries of one receive.
 const MAX_RECV_SGE: usize = 16;
 

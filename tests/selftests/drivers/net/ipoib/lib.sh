@@ -124,6 +124,19 @@ one_host_topology() {
 	rxe_add rxe0 veth0 && rxe_add rxe1 veth1
 }
 
+# one_host_begin PLAN: the start of a one-host program: its KTAP header, all of it skipped
+# if the module is not installed, the topology up, the module not loaded, PLAN tests.
+one_host_begin() {
+	ktap_print_header
+	if ! modinfo "$MODULE" >/dev/null 2>&1; then
+		ktap_skip_all "module $MODULE not installed"
+		exit "$KSFT_SKIP"
+	fi
+	one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
+	module_loaded && rmmod "$MODULE"
+	ktap_set_plan "$1"
+}
+
 # Two hosts: rxe0 on eth0, which carries IPOIB_LOCAL_IP/24.
 two_hosts_topology() {
 	[ -d /sys/class/infiniband/rxe0 ] && return 0

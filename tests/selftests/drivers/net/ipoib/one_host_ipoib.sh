@@ -8,14 +8,7 @@
 
 NS=ipoibpeer
 
-ktap_print_header
-if ! modinfo "$MODULE" >/dev/null 2>&1; then
-	ktap_skip_all "module $MODULE not installed"
-	exit "$KSFT_SKIP"
-fi
-one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
-module_loaded && rmmod "$MODULE"
-ktap_set_plan 13
+one_host_begin 13
 klog_mark
 start_mark=$KLOG_MARK
 # The driver ages its neighbours at the pace of the ARP table's collection: 1 s here.

@@ -15,14 +15,7 @@ OURS=198.51.100.1 PEER=198.51.100.2 KID=198.51.100.3
 # for the UD ring alone (2 x 48 + 1) it would have 127.
 RING=48
 
-ktap_print_header
-if ! modinfo "$MODULE" >/dev/null 2>&1; then
-	ktap_skip_all "module $MODULE not installed"
-	exit "$KSFT_SKIP"
-fi
-one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
-module_loaded && rmmod "$MODULE"
-ktap_set_plan 7
+one_host_begin 7
 klog_mark
 start_mark=$KLOG_MARK
 

@@ -15,14 +15,7 @@
 NS_PEER=ipoibpeer NS_KID=ipoibkid
 PEER=198.51.100.2 KID=198.51.100.3
 
-ktap_print_header
-if ! modinfo "$MODULE" >/dev/null 2>&1; then
-	ktap_skip_all "module $MODULE not installed"
-	exit "$KSFT_SKIP"
-fi
-one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
-module_loaded && rmmod "$MODULE"
-ktap_set_plan 8
+one_host_begin 8
 klog_mark
 start_mark=$KLOG_MARK
 

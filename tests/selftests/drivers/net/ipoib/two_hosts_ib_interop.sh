@@ -7,13 +7,15 @@
 # connected mode at MTU 65520 with the REQ/REP each side sends checked on the wire, the
 # connection in debugfs, IPv6 neighbour discovery, 60000-byte pings unfragmented, netperf;
 # ours connected toward C back in datagram mode, and toward C built without connected mode
-# (path MTU); mode switches under a stream; children on 0x8001, their P_Key on the wire.
+# (path MTU); mode switches under a stream; a stream both ways with every tenth message
+# answered "receiver not ready" (rxe's test_rnr_every); children on 0x8001, their P_Key on
+# the wire.
 # Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
 two_hosts_roles
-ktap_set_plan 39
+ktap_set_plan 41
 trap 'opensm_stop' EXIT
 klog_mark
 
@@ -27,6 +29,7 @@ echo "# LIDs: ours $my_lid, the peer's $peer_lid"
 qpn_of() { echo "$1" | awk -F: '{ print $2 $3 $4 }'; }
 my_qpn() { qpn_of "$(cat /sys/class/net/ib0/address)"; }
 peer_qpn() { qpn_of "$(ip neigh show dev ib0 "$ib_peer" | awk '{ print $3 }')"; }
+RNR_EVERY=/sys/module/rdma_rxe/parameters/test_rnr_every
 # capture SECONDS FILE: ib_capture on eth0 in the background (CAPTURE_PID).
 capture() { ./ib_capture eth0 "$1" >"$2" 2>&1 & CAPTURE_PID=$!; sleep 1; }
 # captured FILE: waits for the capture (in this shell: its child) and prints FILE.
@@ -257,6 +260,40 @@ round() {
 		ipoib_check "$who: four mode switches under a TCP stream; it finishes with data moved" switches
 		both_at $((base + 9)) 300
 	fi
+
+	# Receive buffers running out under a stream, both ways: each host's rxe answers every
+	# tenth message "not ready" (its test_rnr_every). On InfiniBand neither side retries such
+	# a NAK (RNR retry 0, as C asks and ours echoes): the sending connection fails, is made
+	# again, and TCP sends again. Ours asks a wait of 0.64 ms (code 12) in its NAKs, C the
+	# CM's default, 655 ms (code 0).
+	both_at $((base + 18))
+	rnr_streams() {
+		local timer=12 made0 ok=1
+		[ "$drv" = c ] && timer=0
+		echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || return 1
+		made0=$(ethtool_stat ib0 cm_tx_established)
+		capture 300 /tmp/cap.rnr
+		echo 10 >"$RNR_EVERY" || return 1
+		both_at $((base + 19))
+		if [ "$role" = server ]; then
+			bulk_receive $((7300 + n * 2)) && bulk_send "$ib_peer" $((7301 + n * 2)) 2 || ok=0
+		else
+			bulk_send "$ib_peer" $((7300 + n * 2)) 2 && bulk_receive $((7301 + n * 2)) || ok=0
+		fi
+		echo 0 >"$RNR_EVERY"
+		kill "$CAPTURE_PID"
+		captured /tmp/cap.rnr | grep "^rnr-nak"
+		[ "$ok" = 1 ] && grep -q "^rnr-nak slid=$my_lid timer=$timer " /tmp/cap.rnr &&
+			! grep "^rnr-nak slid=$my_lid " /tmp/cap.rnr | grep -qv " timer=$timer " || return 1
+		[ "$drv" = c ] && return 0
+		# Ours: its sends the peer refused failed their connection, which was made again.
+		echo "transmit connections made: $made0 -> $(ethtool_stat ib0 cm_tx_established)," \
+			"tx_errors $(ethtool_stat ib0 tx_errors)"
+		[ "$(ethtool_stat ib0 cm_tx_established)" -ge $((made0 + 2)) ]
+	}
+	ipoib_check "$who: 2 MiB each way over TCP, every tenth message RNR NAKed: connections remade, data intact, NAKs ask $([ "$drv" = c ] && echo 655 || echo 0.64) ms" \
+		rnr_streams
+	echo 0 >"$RNR_EVERY"
 
 	# A child on 0x8001 on both sides.
 	both_at $((base + 10))
