@@ -79,13 +79,19 @@ fi
 
 # The patch series upstream would review: it applies to pristine sources and checkpatch
 # finds no error.
+patch_out=$("$REPO/scripts/check-patches.sh")
+patch_rc=$?
 while read -r line; do
 	echo "$line"
 	case "$line" in
 	"ok - "*) passed=$((passed + 1)) ;;
 	"not ok - "*) failed=$((failed + 1)) ;;
 	esac
-done < <("$REPO/scripts/check-patches.sh")
+done <<<"$patch_out"
+if [ "$patch_rc" -ne 0 ] && ! grep -q "^not ok - " <<<"$patch_out"; then
+	echo "not ok - patch series: check-patches.sh failed (exit $patch_rc) without saying what"
+	failed=$((failed + 1))
+fi
 
 # Guests.
 stamp=$(date +%Y%m%d-%H%M%S)

@@ -20,7 +20,14 @@ dest=$OUT/$FLAVOUR
 for f in bzImage initramfs.cpio; do
 	[ -f "$dest/$f" ] || die "$dest/$f missing: run scripts/build.sh and scripts/initramfs.sh"
 done
-VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-900}
+# The debug kernel (KASAN, lockdep, kmemleak) runs about four times slower under TCG: its
+# guests get four times the time, and tell their programs (ipoibrs.slow), whose waits on
+# the other guest scale by it.
+case "$FLAVOUR" in
+debug) SLOW=4 ;;
+*) SLOW=1 ;;
+esac
+VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-$((900 * SLOW))}
 run=${IPOIB_RS_RUN:-$(date +%Y%m%d-%H%M%S)-$topology}
 logs=$OUT/logs/$run
 mkdir -p "$logs"
@@ -42,10 +49,14 @@ pids=()
 start_guest() {
 	local name=$1 extra=$2
 	shift 2
+	# An empty list would have the guest run every program, and the check of what ran none.
+	case "$extra " in
+	*"ipoibrs.progs= "*) die "no programs for $topology: the Makefile's TEST_PROGS could not be read" ;;
+	esac
 	timeout --signal=KILL "$VM_TIMEOUT" qemu-system-x86_64 \
 		-accel tcg -m 2G -smp 2 -nodefaults -display none -no-reboot \
 		-kernel "$dest/bzImage" -initrd "$dest/initramfs.cpio" \
-		-append "console=ttyS0 loglevel=7 log_buf_len=16M oops=panic panic=-1 rcupdate.rcu_cpu_stall_timeout=100 ipoibrs.host=$name $extra ${IPOIB_RS_GUEST_ARGS:-}" \
+		-append "console=ttyS0 loglevel=7 log_buf_len=16M oops=panic panic=-1 rcupdate.rcu_cpu_stall_timeout=100 ipoibrs.host=$name ipoibrs.slow=$SLOW $extra ${IPOIB_RS_GUEST_ARGS:-}" \
 		-serial "file:$logs/$name.console" -serial "file:$logs/$name.results" \
 		-device isa-debug-exit,iobase=0xf4,iosize=0x04 \
 		"$@" >"$logs/$name.qemu" 2>&1 &
@@ -98,10 +109,19 @@ esac
 
 # Stop our guests (by PID) if we are interrupted.
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' INT TERM
-for p in "${pids[@]}"; do wait "$p" || true; done
+# timeout(1) exits 137 when it killed its QEMU at the limit.
+statuses=()
+for p in "${pids[@]}"; do
+	status=0
+	wait "$p" || status=$?
+	statuses+=("$status")
+done
 trap - INT TERM
 
 passed=0 failed=0 skipped=0
+# The only skips the suite expects: a check of a two-host program that the other host makes
+# ("the client runs it"). Any other (a module or tool missing, no second host) fails.
+expected_skip() { echo "$1" | grep -qE '^ *the (client|server) '; }
 report() { # report ok|fail|skip NAME [WHY]
 	case $1 in
 	ok) echo "ok - $2"; passed=$((passed + 1)) ;;
@@ -110,7 +130,8 @@ report() { # report ok|fail|skip NAME [WHY]
 	esac
 }
 
-for g in "${guests[@]}"; do
+for i in "${!guests[@]}"; do
+	g=${guests[$i]} failed_before=$failed
 	console=$logs/$g.console results=$logs/$g.results
 	# Nested cases of each program ("# ok N desc"), then the programs themselves. A program
 	# that failed without a failing case (crash, timeout, bail-out) counts as one failure,
@@ -121,12 +142,16 @@ for g in "${guests[@]}"; do
 		"# selftests: "*) prog=${line##*: } case_failed=0 cases=0 ;;
 		"# ok "*"# SKIP"*)
 			d=${line#\# ok }; d=${d#* }; cases=$((cases + 1))
-			report skip "$topology/$g: ${d%%# SKIP*}" "${d#*# SKIP}" ;;
+			if expected_skip "${d#*# SKIP}"; then
+				report skip "$topology/$g: ${d%%# SKIP*}" "${d#*# SKIP}"
+			else
+				report fail "$topology/$g: ${d%%# SKIP*}" "skipped, unexpectedly:${d#*# SKIP}"
+			fi ;;
 		"# ok "*) d=${line#\# ok }; cases=$((cases + 1)); report ok "$topology/$g: ${d#* }" ;;
 		"# not ok "*)
 			d=${line#\# not ok }; cases=$((cases + 1)) case_failed=1
 			report fail "$topology/$g: ${d#* }" ;;
-		"# 1..0 # SKIP"*) cases=1; report skip "$topology/$g: $prog" "${line#*SKIP}" ;;
+		"# 1..0 # SKIP"*) cases=1; report fail "$topology/$g: $prog" "skipped whole, unexpectedly:${line#*SKIP}" ;;
 		"not ok "*"selftests: "*)
 			[ "$case_failed" = 1 ] || report fail "$topology/$g: $prog" "${line##*# }" ;;
 		"ok "*"selftests: "*)
@@ -165,8 +190,13 @@ for g in "${guests[@]}"; do
 			fi
 		fi
 	fi
-	if grep -q "IPOIB-RS-GUEST: done rc=" "$console"; then
+	guest_rc=$(sed -n 's/.*IPOIB-RS-GUEST: done rc=\([0-9]*\).*/\1/p' "$console" | tail -n 1)
+	if [ -n "$guest_rc" ] && [ "$guest_rc" != 0 ] && [ "$failed" = "$failed_before" ]; then
+		report fail "$topology/$g: guest booted and finished" "its test runner exited $guest_rc with no failing test"
+	elif [ -n "$guest_rc" ]; then
 		report ok "$topology/$g: guest booted and finished"
+	elif [ "${statuses[$i]}" = 137 ]; then
+		report fail "$topology/$g: guest booted and finished" "timed out after $VM_TIMEOUT s (killed at the limit); see $console"
 	else
 		report fail "$topology/$g: guest booted and finished" "no completion marker; see $console"
 	fi

@@ -247,7 +247,6 @@ pub(crate) fn run(report: &mut Report, qpn: u32) -> Result {
         refused,
     );
     drop(id);
-    report.check("intruder: connection torn down", Ok(()));
     Ok(())
 }
 
@@ -298,19 +297,21 @@ pub(crate) fn crowd(report: &mut Report, qpn: u32, n: u32) -> Result<Crowd> {
     let a = Endpoint::new(c_str!("rxe0"), [192, 0, 2, 1])?;
     let at = Attacker::roce(&a)?;
     let mut connections = KVec::with_capacity(n as usize, GFP_KERNEL)?;
-    let mut sent = 0u32;
-    for _ in 0..n {
-        let (id, end, outcome) = connect(&at, QpType::Rc, 65524, qpn, 7)?;
-        outcome?;
-        expect_success(send(&at, &end.qp, &[0x12, 0x34, 0, 0, 1, 2, 3, 4]))?;
-        sent += 1;
-        connections.push((id, end), GFP_KERNEL)?;
-    }
+    // The first connection refused, or message lost, ends the round: the check fails.
+    let opened = (|| -> Result {
+        for _ in 0..n {
+            let (id, end, outcome) = connect(&at, QpType::Rc, 65524, qpn, 7)?;
+            outcome?;
+            expect_success(send(&at, &end.qp, &[0x12, 0x34, 0, 0, 1, 2, 3, 4]))?;
+            connections.push((id, end), GFP_KERNEL)?;
+        }
+        Ok(())
+    })();
+    pr_info!("# crowd: {} of {} connections open\n", connections.len(), n);
     report.check(
         "crowd: every connection accepted and carrying a message",
-        if sent == n { Ok(()) } else { Err(EIO) },
+        opened,
     );
-    pr_info!("# crowd: {} connections open\n", connections.len());
     Ok(Crowd {
         connections,
         _endpoint: a,

@@ -872,7 +872,6 @@ fn connected(report: &mut Report) -> Result {
     drop(id);
     *passive.conn.lock() = None;
     drop(listener);
-    report.check("CM identifiers and listener destroyed", Ok(()));
     Ok(())
 }
 
@@ -961,8 +960,8 @@ fn run(report: &mut Report) -> Result {
     drop(send_cq);
     drop(recv_cq);
     drop(ah);
+    // Nothing is left of them: the script checks `rdma res` once the module is loaded.
     drop(qp);
-    report.check("objects released out of creation order", Ok(()));
     Ok(())
 }
 
@@ -1044,6 +1043,7 @@ impl kernel::Module for VerbsSelftest {
         } else if qpn != 0 {
             if let Err(e) = ipoib_intruder::run(&mut report, qpn) {
                 pr_info!("# intruder stopped early: {:?}\n", e);
+                report.check("intruder: ran to the end", Err(e));
             }
         }
         if qpn != 0 {
@@ -1056,6 +1056,7 @@ impl kernel::Module for VerbsSelftest {
         }
         if let Err(e) = run(&mut report) {
             pr_info!("# stopped early: {:?}\n", e);
+            report.check("verbs checks ran to the end", Err(e));
         }
         if let Err(e) = connected(&mut report) {
             pr_info!("# connected mode checks stopped early: {:?}\n", e);

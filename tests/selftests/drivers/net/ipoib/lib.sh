@@ -175,12 +175,14 @@ port_removed_logged() { echo "$1" | grep -q "$MODULE: $2 port $3: removed"; }
 
 # Two-host helpers; the tests set role (server|client) and peer (the other host's eth0).
 
-# netperf_run HOST TEST "TEST-OPTIONS" LABEL: prints "NETPERF LABEL: figure unit".
+# netperf_run HOST TEST "TEST-OPTIONS" LABEL: prints "NETPERF LABEL: figure unit"; fails
+# unless the figure is above 0.
 netperf_run() {
 	local out
 	out=$(timeout 90 netperf -H "$1" -t "$2" -l 5 -P 0 -- ${3:-} -o THROUGHPUT,THROUGHPUT_UNITS 2>&1) ||
 		{ echo "$out"; return 1; }
-	echo "$out" | tail -n 1 | awk -F, -v what="$4" 'NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = 1 } END { exit !ok }'
+	# A figure of 0 is a failure (a path that carries nothing, as a PMTU black hole).
+	echo "$out" | tail -n 1 | awk -F, -v what="$4" 'NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = $1 + 0 > 0 } END { exit !ok }'
 }
 
 # no_rc_qps: the module holds no RC queue pair (no connection was made).
@@ -225,10 +227,33 @@ two_hosts_roles() {
 	esac
 }
 
+# How many times slower than the default kernel this one runs (the debug kernel: 4; set
+# by the test harness): waits on the other host, which runs as slowly, scale by it.
+SLOW=${IPOIB_SLOW:-1}
+
 # Rendezvous over the Ethernet link: wait_peer PORT SECONDS waits for the peer's
-# tell_peer PORT (which retries for up to 60 s until the peer listens).
-wait_peer() { timeout "$2" nc -l -p "$1" </dev/null >/dev/null; }
-tell_peer() { wait_for 60 eval "echo go >/dev/tcp/\$peer/$1"; }
+# tell_peer PORT (which retries for up to 60 s until the peer listens), both scaled by SLOW.
+wait_peer() { timeout "$(($2 * SLOW))" nc -l -p "$1" </dev/null >/dev/null; }
+tell_peer() { wait_for $((60 * SLOW)) eval "echo go >/dev/tcp/\$peer/$1"; }
+
+# The client's netperf and iperf3 runs, judged on the server by what ib0 received meanwhile
+# (that the daemons run is no test of ours). serve starts the daemons (which must not keep
+# the runner's output pipes, fds 3 and 4) and notes ib0's rx_bytes; served BYTES waits for
+# the client's runs_done, then whether ib0 received more than BYTES since.
+SERVED_PORT=5007
+serve() {
+	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+	iperf3 -s -D </dev/null >/dev/null 2>&1 3>&- 4>&-
+	SERVED_RX0=$(cat /sys/class/net/ib0/statistics/rx_bytes)
+}
+served() {
+	local got
+	wait_peer "$SERVED_PORT" 300 || { echo "the client never said its runs were over"; return 1; }
+	got=$(($(cat /sys/class/net/ib0/statistics/rx_bytes) - SERVED_RX0))
+	echo "ib0 received $got bytes during the client's runs"
+	[ "$got" -gt "$1" ]
+}
+runs_done() { tell_peer "$SERVED_PORT"; }
 
 # A bulk transfer checked end to end over TCP: bulk_send PEER PORT MIB sends MIB MiB of
 # random bytes, then their sha256; bulk_receive PORT compares what arrived with it.
@@ -319,12 +344,12 @@ ib_fabric_up() {
 	[ "$role" = server ] && opensm_start
 	wait_for 90 ib_port_is ACTIVE && echo "LID 0x$(ib_lid), state $(ib_port state)"
 }
-# both_at PORT [SECONDS]: a rendezvous of the two hosts over eth0.
+# both_at PORT [SECONDS]: a rendezvous of the two hosts over eth0 (SECONDS scaled by SLOW).
 both_at() {
 	if [ "$role" = server ]; then
 		wait_peer "$1" "${2:-180}"
 	else
-		wait_for "${2:-180}" eval "echo go 2>/dev/null >/dev/tcp/\$peer/$1"
+		wait_for $((${2:-180} * SLOW)) eval "echo go 2>/dev/null >/dev/tcp/\$peer/$1"
 	fi
 }
 # rxe_counter NAME: the hardware counter NAME of IB_DEV's port.

@@ -14,7 +14,7 @@ if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEE
 	ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 23
+ktap_set_plan $([ "$IPOIB_ROLE" = server ] && echo 21 || echo 22)
 role=$IPOIB_ROLE peer=$IPOIB_PEER_IP
 klog_mark
 start_mark=$KLOG_MARK
@@ -117,7 +117,8 @@ if [ "$role" = server ]; then
 		tell_peer "$MCAST_PORT" && wait_peer "$MCAST_PORT" 60 || return 1
 		after=$(cat /sys/class/net/ib0/statistics/rx_packets)
 		echo "ib0 rx_packets $before -> $after while the client sent 100 datagrams to the groups"
-		[ "$((after - before))" -lt 50 ]
+		# The groups' datagrams none: what came was other traffic (ARP, neighbour discovery).
+		[ "$((after - before))" -lt 10 ]
 	}
 	ipoib_check "$role: groups left: their datagrams no longer reach ib0" mcast_left
 else
@@ -189,14 +190,11 @@ ipoib_check "$role: ethtool ib0 (speed, full duplex), -c and -C (refused with th
 # A bulk transfer, checked end to end: the client sends, the server compares checksums.
 # Scatter-gather is on, so TCP hands over pages that go out without a copy.
 if [ "$role" = server ]; then
-	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
-	ipoib_check "$role: netserver running" eval 'pidof netserver >/dev/null'
 	ipoib_check "$role: 32 MiB received over ib0 intact (sha256)" bulk_receive "$DATA_PORT"
-	iperf3 -s -D </dev/null >/dev/null 2>&1 3>&- 4>&-
-	ipoib_skip "$role: netperf over ib0 in connected mode" "the client runs it"
-	ipoib_check "$role: iperf3 server running" eval 'pidof iperf3 >/dev/null'
+	serve
+	ipoib_check "$role: the client's netperf and iperf3 served over ib0 (over 4 MiB received)" \
+		served $((4 << 20))
 else
-	ipoib_skip "$role: netserver running" "the server runs it"
 	ipoib_check "$role: 32 MiB sent over ib0 with its checksum, scatter-gather on" \
 		eval 'sg_is ib0 on && bulk_send "$ib_peer" "$DATA_PORT" 32'
 	ipoib_check "$role: netperf over ib0 in connected mode" eval '
@@ -212,6 +210,7 @@ else
 		echo "$out" | grep -qE "SUM.*receiver"
 	}
 	ipoib_check "$role: iperf3 with 8 parallel streams over ib0" iperf3_parallel
+	runs_done
 fi
 # Mode switches both ways while a TCP stream runs: the stream ends (survives or resets),
 # the MTU follows the mode, and large pings work again afterwards.
@@ -253,7 +252,7 @@ if [ "$role" = client ]; then
 	ipoib_check "$role: peer module reloaded under a stream; traffic resumes, stale connections gone" peer_reload
 else
 	reload_under_stream() {
-		timeout 90 nc -l -p "$RELOAD_PORT" </dev/null >/dev/null || return 1
+		wait_peer "$RELOAD_PORT" 90 || return 1
 		rmmod "$MODULE" || return 1
 		sleep 3
 		sysctl -qw net.ipv4.conf.default.arp_notify=1
@@ -293,10 +292,11 @@ else
 fi
 ip -s link show ib0
 
-finish_together 240 || ktap_print_msg "peer did not finish in time"
+together=0
+finish_together 240 || { ktap_print_msg "peer did not finish in time"; together=1; }
 [ "$role" = server ] && kill $(pidof netserver) $(pidof iperf3) 2>/dev/null
 rmmod "$MODULE"
 KLOG_MARK=$start_mark
-ipoib_check "$role: unloaded, kernel log clean, debugfs files gone" \
-	eval '! module_loaded && klog_clean_since && [ ! -e /sys/kernel/debug/ipoib ]'
+ipoib_check "$role: both hosts done in time; unloaded, kernel log clean, debugfs files gone" \
+	eval '[ "$together" = 0 ] && ! module_loaded && klog_clean_since && [ ! -e /sys/kernel/debug/ipoib ]'
 ktap_finished
