@@ -259,9 +259,9 @@ runs_done() { tell_peer "$SERVED_PORT"; }
 # random bytes, then their sha256; bulk_receive PORT compares what arrived with it.
 BULK=/tmp/bulk.bin
 bulk_receive() {
-	timeout 120 nc -l -p "$1" >"$BULK" </dev/null || return 1
+	timeout $((120 * SLOW)) nc -l -p "$1" >"$BULK" </dev/null || return 1
 	local want got
-	want=$(timeout 60 nc -l -p "$1" </dev/null)
+	want=$(timeout $((60 * SLOW)) nc -l -p "$1" </dev/null)
 	got=$(sha256sum <"$BULK" | cut -d' ' -f1)
 	echo "received $(stat -c %s "$BULK") bytes, sha256 $got, sender's $want"
 	rm -f "$BULK"
@@ -272,9 +272,11 @@ bulk_send() {
 	head -c $(($3 << 20)) /dev/urandom >"$BULK"
 	sum=$(sha256sum <"$BULK" | cut -d' ' -f1)
 	# bash's /dev/tcp closes the connection when the file is sent.
-	wait_for 30 eval 'timeout 120 cat "$BULK" >/dev/tcp/$to/$port' || return 1
+	wait_for $((30 * SLOW)) eval 'timeout $((120 * SLOW)) cat "$BULK" >/dev/tcp/$to/$port' || return 1
 	rm -f "$BULK"
-	wait_for 30 eval 'echo "$sum" >/dev/tcp/$to/$port'
+	# The receiver listens for the sum once the last byte arrived, which may be long after
+	# the last was handed to the socket: as long as it may take.
+	wait_for $((120 * SLOW)) eval 'echo "$sum" >/dev/tcp/$to/$port'
 }
 
 # Whether ethtool reports scatter-gather on DEV as STATE (on or off).

@@ -282,7 +282,9 @@ round() {
 		fi
 		echo 0 >"$RNR_EVERY"
 		kill "$CAPTURE_PID"
-		captured /tmp/cap.rnr | grep "^rnr-nak"
+		# Waited for here, not in a pipeline's subshell: it prints as it stops.
+		captured /tmp/cap.rnr >/dev/null
+		grep "^rnr-nak" /tmp/cap.rnr
 		[ "$ok" = 1 ] && grep -q "^rnr-nak slid=$my_lid timer=$timer " /tmp/cap.rnr &&
 			! grep "^rnr-nak slid=$my_lid " /tmp/cap.rnr | grep -qv " timer=$timer " || return 1
 		[ "$drv" = c ] && return 0
