@@ -43,6 +43,8 @@ pub(crate) trait ChildInterface: DebugView + Sized + 'static {
     fn hw_addr(&self) -> HwAddr;
     /// Completes the set-up of the interface's net_device.
     fn configure(&self) -> impl FnOnce(&mut Setup) -> Result;
+    /// The interface's net_device is registered as `dev` (its name is now known).
+    fn registered(&self, dev: &NetDevice);
     /// Makes the interface of a child of `parent` (whose net_device is `parent_dev`) in
     /// partition `pkey`, driving `napi`, under RTNL.
     fn new_child(
@@ -224,6 +226,7 @@ impl<I: ChildInterface> Children<I> {
         let dev = registered.inspect_err(|e| {
             pr_info!("{name}: child in partition 0x{full:04x} not registered ({e:?})\n");
         })?;
+        interface.registered(dev.device());
         pr_info!(
             "{}: child of {} in partition 0x{:04x}, address {}\n",
             dev.device().name(),

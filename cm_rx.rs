@@ -241,6 +241,12 @@ impl RxTable {
         napi: &Napi,
     ) {
         let c = &shared.counters;
+        crate::params::ipoib_dbg_cm_data!(
+            "{}: connection receive completion, {} bytes, status {:?}\n",
+            shared.name(),
+            wc.byte_len(),
+            wc.status()
+        );
         if let WcStatus::Success = wc.status() {
             if let Some(seen) = self.seen.lock().get_mut(&wc.qp_id()) {
                 seen.last = now_ms();
@@ -378,9 +384,8 @@ impl ListenHandler for CmListen {
         let (Some(QpType::Rc), Some(peer)) = (req.qp_type(), peer) else {
             bump(&port.counters.cm_rx_rejected, 1);
             crate::params::ipoib_dbg!(
-                "{} port {}: connection request refused (not RC, or bad private data)\n",
-                port.name(),
-                port.port
+                "{}: connection request refused (not RC, or bad private data)\n",
+                port.name()
             );
             return Err(EINVAL);
         };
@@ -389,9 +394,8 @@ impl ListenHandler for CmListen {
             let Some(slot) = NonSrqSlot::take(table) else {
                 bump(&port.counters.cm_rx_rejected, 1);
                 crate::params::ipoib_dbg!(
-                    "{} port {}: connection request refused: {} connections with rings of their own (max_nonsrq_conn_qp)\n",
+                    "{}: connection request refused: {} connections with rings of their own (max_nonsrq_conn_qp)\n",
                     port.name(),
-                    port.port,
                     table.nonsrq_max
                 );
                 let _ = req.id().send_rej(cm::REJ_NO_QP);
@@ -462,9 +466,8 @@ impl ListenHandler for CmListen {
             .send_rep(&conn.qp, psn, &private, !own_ring, rnr_retry);
         bump(&port.counters.cm_rx_accepted, u64::from(replied.is_ok()));
         crate::params::ipoib_dbg!(
-            "{} port {}: connection from QPN 0x{:06x} (UD QPN 0x{:06x}) accepted on QPN 0x{:06x}\n",
+            "{}: connection from QPN 0x{:06x} (UD QPN 0x{:06x}) accepted on QPN 0x{:06x}\n",
             port.name(),
-            port.port,
             conn.peer_qpn,
             conn.peer_ud_qpn,
             conn.qp.qp_num()
@@ -474,9 +477,8 @@ impl ListenHandler for CmListen {
         drop(old);
         if let Err(e) = replied {
             pr_info!(
-                "{} port {}: reply to a connection request failed ({:?})\n",
+                "{}: reply to a connection request failed ({:?})\n",
                 port.name(),
-                port.port,
                 e
             );
             conn.close();

@@ -8,6 +8,7 @@
 use crate::{
     cq::CqEvents,
     ipoib_ud::send_sges,
+    log_name::LogName,
     partition::PartitionIndex,
     path::PathResolver,
     send_credits::SendCredits,
@@ -41,6 +42,8 @@ pub(crate) trait CmOwner: Send + Sync {
 pub(crate) struct CmShared {
     pub(crate) device: DeviceRef,
     pub(crate) port: u32,
+    /// The interface's name in log lines.
+    pub(crate) log_name: Arc<LogName>,
     /// The interface's partition in the port's P_Key table: its connections' too.
     pub(crate) partition: Arc<PartitionIndex>,
     /// Our UD QPN, announced in REQs and REPs.
@@ -95,9 +98,9 @@ impl CmShared {
         Mtu::from_bytes(self.path_mtu.load(Ordering::Relaxed)).unwrap_or(Mtu::Mtu256)
     }
 
-    /// The name of the device, for the log.
-    pub(crate) fn name(&self) -> &CStr {
-        self.device.name()
+    /// The interface's name, for the log.
+    pub(crate) fn name(&self) -> &LogName {
+        &self.log_name
     }
 
     /// The private data of our REQs and REPs: our UD QPN and receive size.

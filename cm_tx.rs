@@ -261,6 +261,13 @@ impl TxConnection {
         // Under the state lock, as the completions are counted: nothing in flight before
         // this send means the connection was idle, not stalled.
         let idle = self.packets.load(Ordering::Relaxed) == self.done.load(Ordering::Relaxed);
+        crate::params::ipoib_dbg_cm_data!(
+            "{}: sending message, length {} on QPN 0x{:06x} to {}\n",
+            self.shared().name(),
+            len,
+            link.qp.qp_num(),
+            self.dest
+        );
         match link.qp.post_skb(skb, HWADDR_LEN as u32) {
             Ok(()) => {
                 self.packets.fetch_add(1, Ordering::Relaxed);
@@ -341,9 +348,8 @@ impl TxConnection {
         }
         bump(&self.shared().counters.cm_tx_established, 1);
         crate::params::ipoib_dbg!(
-            "{} port {}: connected to {} (QPN 0x{:06x}, MTU {})\n",
+            "{}: connected to {} (QPN 0x{:06x}, MTU {})\n",
             self.shared().name(),
-            self.shared().port,
             self.dest,
             link.qp.qp_num(),
             mtu
@@ -367,14 +373,40 @@ impl TxConnection {
             return false;
         }
         pr_info!(
-            "{} port {}: connection to {} stalled with {} sends in flight; closed\n",
+            "{}: connection to {} stalled with {} sends in flight; closed\n",
             self.shared().name(),
-            self.shared().port,
             self.dest,
             in_flight
         );
         bump(&self.shared().counters.cm_tx_stalled, 1);
         self.fail();
+        true
+    }
+
+    /// Closes the connection if it is established with nothing in flight or waiting, and
+    /// sent nothing since `deadline` (ms, monotonic): its destination went idle, and the C
+    /// driver frees a connection with its aged neighbour. The next packet to the
+    /// destination makes a new one. Returns whether it did.
+    pub(crate) fn close_if_idle(&self, deadline: i64) -> bool {
+        {
+            let mut s = self.state.lock();
+            let idle = match (&s.link, s.phase) {
+                (Some(link), TxPhase::Live) => link.qp.sends_in_flight() == 0 && s.held.is_empty(),
+                _ => false,
+            };
+            // Under the state lock, which sends are posted under: none can slip in.
+            if !idle || self.last_ms.load(Ordering::Relaxed) >= deadline {
+                return false;
+            }
+            s.phase = TxPhase::Dead;
+        }
+        crate::params::ipoib_dbg!(
+            "{}: connection to {} idle; closed\n",
+            self.shared().name(),
+            self.dest
+        );
+        bump(&self.shared().counters.cm_tx_idle_closed, 1);
+        self.cm.clone().schedule_work();
         true
     }
 
@@ -398,9 +430,8 @@ impl TxConnection {
         bump(&self.shared().counters.tx_dropped, dropped);
         bump(&self.shared().counters.cm_tx_failed, u64::from(never_up));
         crate::params::ipoib_dbg!(
-            "{} port {}: connection to {} closed{}\n",
+            "{}: connection to {} closed{}\n",
             self.shared().name(),
-            self.shared().port,
             self.dest,
             if never_up { " before it was up" } else { "" }
         );
@@ -422,6 +453,12 @@ impl TxConnection {
                     let n = link.cq.poll(&mut wcs).unwrap_or(0);
                     for wc in &wcs[..n] {
                         let sent = link.qp.complete_send(wc);
+                        crate::params::ipoib_dbg_cm_data!(
+                            "{}: send completion on QPN 0x{:06x}, status {:?}\n",
+                            self.shared().name(),
+                            link.qp.qp_num(),
+                            wc.status()
+                        );
                         if sent.is_some() {
                             self.shared().credits.give(1);
                             self.done.fetch_add(1, Ordering::Relaxed);
@@ -442,9 +479,8 @@ impl TxConnection {
                                 bump(&self.shared().counters.tx_dropped, 1);
                                 if s.phase == TxPhase::Live && !failed {
                                     pr_info!(
-                                        "{} port {}: connection to {} lost (its queue pair failed)\n",
+                                        "{}: connection to {} lost (its queue pair failed)\n",
                                         self.shared().name(),
-                                        self.shared().port,
                                         self.dest
                                     );
                                     failed = true;
@@ -454,9 +490,8 @@ impl TxConnection {
                                 bump(&self.shared().counters.tx_errors, 1);
                                 if !failed {
                                     pr_info!(
-                                        "{} port {}: connection to {} failed (send status {})\n",
+                                        "{}: connection to {} failed (send status {})\n",
                                         self.shared().name(),
-                                        self.shared().port,
                                         self.dest,
                                         status
                                     );
@@ -497,9 +532,8 @@ impl Handler for TxConnection {
             Event::RepReceived { private_data, .. } => {
                 if let Err(e) = self.established(id, private_data) {
                     pr_info!(
-                        "{} port {}: connection to {} refused ({:?})\n",
+                        "{}: connection to {} refused ({:?})\n",
                         self.shared().name(),
-                        self.shared().port,
                         self.dest,
                         e
                     );

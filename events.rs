@@ -93,12 +93,7 @@ impl Interface {
                     self.follow_port_mtu(mtu);
                 }
             }
-            Err(e) => pr_warn!(
-                "{} port {}: port not queried ({:?})\n",
-                self.device.name(),
-                self.port,
-                e
-            ),
+            Err(e) => pr_warn!("{}: port not queried ({:?})\n", self.log_name, e),
         }
         self.children()
             .for_each(|c| c.interface().ethtool.copy_speed(&self.ethtool));
@@ -120,12 +115,7 @@ impl Interface {
         };
         match self.device.port_attr(self.port) {
             Ok(attr) => self.ud.set_lid(attr.lid() as u16),
-            Err(e) => pr_warn!(
-                "{} port {}: port not queried ({:?})\n",
-                self.device.name(),
-                self.port,
-                e
-            ),
+            Err(e) => pr_warn!("{}: port not queried ({:?})\n", self.log_name, e),
         }
         self.paths.cancel_queries();
         self.flush_neighbours();
@@ -178,9 +168,8 @@ impl Interface {
             return;
         }
         pr_info!(
-            "{} port {}: the port's MTU is {} now: datagrams carry {} bytes\n",
-            self.device.name(),
-            self.port,
+            "{}: the port's MTU is {} now: datagrams carry {} bytes\n",
+            self.log_name,
             mtu.bytes(),
             self.ud.mtu()
         );
@@ -188,11 +177,15 @@ impl Interface {
     }
 
     /// Forgets destinations unused for two collection intervals (the delayed work item),
-    /// and has the port read again (its MTU may have changed), then runs again while the
+    /// with their transmit connections, and has the port read again (its MTU may have changed), then runs again while the
     /// interface is up.
     pub(crate) fn collect_neighbours(self: &Arc<Self>) {
         let deadline = now_ms() - 2 * i64::from(Self::neigh_gc_ms());
         self.paths.forget(&self.ud, deadline);
+        // Their connections go with them.
+        if let Some(cm) = &self.cm {
+            cm.close_idle_tx(deadline);
+        }
         let _ = workqueue::system().enqueue::<_, PORT_WORK>(self.clone());
         if self.is_up() {
             self.schedule_neigh_gc();

@@ -19,6 +19,7 @@ use crate::{
     ipoib_cm::ConnectedMode,
     ipoib_ud::{send_sges, UdConfig, UdDatapath},
     local_gid::LocalGid,
+    log_name::LogName,
     mcast::{Multicast, SaJoiner, SyncReport},
     params,
     partition::PartitionIndex,
@@ -112,6 +113,8 @@ pub(crate) struct Interface {
     /// Keeps the device registered while the interface exists.
     pub(crate) device: DeviceRef,
     pub(crate) port: u32,
+    /// How log lines name the interface (`events.rs` logs too).
+    pub(crate) log_name: Arc<LogName>,
     facts: PortFacts,
     /// The port's subnet administrator (InfiniBand); `None` on RoCE.
     sa: Option<Arc<SaPort>>,
@@ -279,8 +282,10 @@ impl Interface {
         let counters = Arc::new(Counters::default(), GFP_KERNEL)?;
         let credits = Arc::new(SendCredits::new(send_ring), GFP_KERNEL)?;
         let broadcast = HwAddr::broadcast(pkey);
+        let log_name = Arc::new(LogName::new(device.get_ref()?, port), GFP_KERNEL)?;
         let config = UdConfig {
             port,
+            log_name: log_name.clone(),
             partition: partition.clone(),
             send_ring,
             recv_ring,
@@ -296,7 +301,7 @@ impl Interface {
         let cm = if cm_capable {
             ConnectedMode::new(
                 device,
-                (port, partition.clone()),
+                (port, log_name.clone(), partition.clone()),
                 qpn,
                 facts.active_mtu,
                 resolver.clone(),
@@ -307,12 +312,7 @@ impl Interface {
                 counters.clone(),
                 napi,
             )
-            .inspect_err(|e| {
-                pr_warn!(
-                    "{} port {port}: connected mode unavailable ({e:?})\n",
-                    device.name()
-                )
-            })
+            .inspect_err(|e| pr_warn!("{log_name}: connected mode unavailable ({e:?})\n"))
             .ok()
         } else {
             None
@@ -331,7 +331,7 @@ impl Interface {
         });
         let mcast = Multicast::new(
             device,
-            port,
+            (port, log_name.clone()),
             ud.qp(),
             &pd,
             &broadcast,
@@ -340,13 +340,14 @@ impl Interface {
             joiner,
             counters.clone(),
         )?;
-        let paths = Paths::new(resolver, counters.clone())?;
+        let paths = Paths::new(resolver, log_name.clone(), counters.clone())?;
         let scatter_gather = send_sges(device) > 1;
         let device = device.get_ref()?;
         Arc::pin_init(
             pin_init!(Self {
                 device,
                 port,
+                log_name,
                 facts: *facts,
                 sa,
                 pkey,
@@ -408,12 +409,7 @@ impl Interface {
         let index = match self.device.find_pkey(self.port, self.pkey) {
             Ok(index) => index,
             Err(e) => {
-                pr_warn!(
-                    "{} port {}: P_Key table not read ({:?})\n",
-                    self.device.name(),
-                    self.port,
-                    e
-                );
+                pr_warn!("{}: P_Key table not read ({:?})\n", self.log_name, e);
                 return false;
             }
         };
@@ -422,16 +418,14 @@ impl Interface {
         }
         match index {
             Some(i) => pr_info!(
-                "{} port {}: P_Key 0x{:04x} now at index {}\n",
-                self.device.name(),
-                self.port,
+                "{}: P_Key 0x{:04x} now at index {}\n",
+                self.log_name,
                 self.pkey,
                 i
             ),
             None => pr_info!(
-                "{} port {}: P_Key 0x{:04x} no longer in the P_Key table\n",
-                self.device.name(),
-                self.port,
+                "{}: P_Key 0x{:04x} no longer in the P_Key table\n",
+                self.log_name,
                 self.pkey
             ),
         }
@@ -579,7 +573,7 @@ impl Interface {
         }
         let sends = !handles.is_empty();
         for (mgid, ah) in handles {
-            self.paths.add_handle(&self.device, &self.ud, &mgid, ah);
+            self.paths.add_handle(&self.ud, &mgid, ah);
         }
         for mgid in unreachable.iter() {
             self.paths.drop_held(mgid);
@@ -600,9 +594,8 @@ impl Interface {
     fn broadcast_joined(self: &Arc<Self>, rec: &kernel::rdma::sa::McMemberRecord) {
         if let Err(e) = self.ud.set_qkey(rec.qkey()) {
             pr_warn!(
-                "{} port {}: Q_Key 0x{:x} not set ({:?})\n",
-                self.device.name(),
-                self.port,
+                "{}: Q_Key 0x{:x} not set ({:?})\n",
+                self.log_name,
                 rec.qkey(),
                 e
             );

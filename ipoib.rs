@@ -42,6 +42,7 @@ mod interface;
 mod ipoib_cm;
 mod ipoib_ud;
 mod local_gid;
+mod log_name;
 mod mcast;
 mod neigh;
 mod netdev;
@@ -314,6 +315,7 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
         netdev::configure(&interface),
     )?;
     netdev.set_link_kind(ctx.link_kind.clone());
+    interface.log_name.update(netdev.device());
     pr_info!(
         "{} port {}: {} address {}, {} mode\n",
         device.name(),

@@ -19,6 +19,7 @@ use crate::{
     cm_rx::{CmListen, RxOwner, RxTable},
     cm_shared::{CmOwner, CmShared},
     cm_tx::{TxConnection, TxPhase},
+    log_name::LogName,
     params,
     partition::PartitionIndex,
     path::PathResolver,
@@ -102,7 +103,7 @@ impl ConnectedMode {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         device: &Device,
-        (port, partition): (u32, Arc<PartitionIndex>),
+        (port, log_name, partition): (u32, Arc<LogName>, Arc<PartitionIndex>),
         local_qpn: u32,
         path_mtu: Mtu,
         resolver: PathResolver,
@@ -121,6 +122,7 @@ impl ConnectedMode {
         let shared = CmShared {
             device: device.get_ref()?,
             port,
+            log_name,
             partition,
             local_qpn,
             path_mtu: AtomicU32::new(path_mtu.bytes()),
@@ -245,9 +247,8 @@ impl ConnectedMode {
         bump(&self.shared.counters.cm_rx_stale, u64::from(closed));
         if closed > 0 {
             pr_info!(
-                "{} port {}: {} idle receive connection(s) closed\n",
+                "{}: {} idle receive connection(s) closed\n",
                 self.shared.name(),
-                self.shared.port,
                 closed
             );
         }
@@ -294,6 +295,16 @@ impl ConnectedMode {
             failed += usize::from(conn.fail_if_stalled(deadline));
         }
         failed
+    }
+
+    /// Closes the transmit connections that sent nothing since `deadline` (ms, monotonic)
+    /// and have nothing in flight; returns how many.
+    pub(crate) fn close_idle_tx(&self, deadline: i64) -> usize {
+        let mut closed = 0;
+        for conn in self.tx.lock().values() {
+            closed += usize::from(conn.close_if_idle(deadline));
+        }
+        closed
     }
 
     /// Requests connections with path MTU `mtu` from now on (RoCE: the port's changed);
@@ -447,9 +458,8 @@ impl ConnectedMode {
                 Err(e) => {
                     bump(&self.shared.counters.cm_tx_failed, 1);
                     pr_info!(
-                        "{} port {}: cannot connect to {} ({:?})\n",
+                        "{}: cannot connect to {} ({:?})\n",
                         self.shared.name(),
-                        self.shared.port,
                         conn.dest,
                         e
                     );
@@ -515,9 +525,8 @@ impl ConnectedMode {
         let undrained = self.rx.destroy(&self.shared, all);
         if undrained > 0 {
             pr_warn!(
-                "{} port {}: {} receive connection(s) destroyed before their queue pair drained\n",
+                "{}: {} receive connection(s) destroyed before their queue pair drained\n",
                 self.shared.name(),
-                self.shared.port,
                 undrained
             );
         }

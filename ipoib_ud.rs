@@ -12,6 +12,7 @@
 use crate::{
     cq::CqEvents,
     local_gid::LocalGid,
+    log_name::LogName,
     partition::PartitionIndex,
     rx,
     send_credits::SendCredits,
@@ -54,6 +55,8 @@ pub(crate) fn send_sges(device: &Device) -> u32 {
 /// What a datapath is made with, besides its device and the interface's shared parts.
 pub(crate) struct UdConfig {
     pub(crate) port: u32,
+    /// The interface's name in log lines.
+    pub(crate) log_name: Arc<LogName>,
     /// The partition's index in the port's P_Key table, shared with the interface; while
     /// the table lacks it the queue pair is not made ready and no buffer posted.
     pub(crate) partition: Arc<PartitionIndex>,
@@ -76,6 +79,7 @@ pub(crate) struct UdDatapath {
     /// Keeps the device registered while the queue pair exists.
     device: DeviceRef,
     port: u32,
+    log_name: Arc<LogName>,
     partition: Arc<PartitionIndex>,
     /// The P_Key index the queue pair was made ready with, if it was (the recovery work
     /// item changes it).
@@ -125,6 +129,7 @@ impl UdDatapath {
     ) -> Result<Arc<Self>> {
         let UdConfig {
             port,
+            log_name,
             partition,
             send_ring,
             recv_ring,
@@ -165,6 +170,7 @@ impl UdDatapath {
             pin_init!(Self {
                 device,
                 port,
+                log_name,
                 partition,
                 readied: PartitionIndex::new(index),
                 port_mtu: AtomicU32::new(mtu),
@@ -215,9 +221,8 @@ impl UdDatapath {
         let port = self.port_mtu.load(Ordering::Relaxed);
         if self.mtu() < old && mtu < port {
             pr_info!(
-                "{} port {}: the broadcast group's MTU limits datagrams to {} bytes (the port takes {})\n",
-                self.device.name(),
-                self.port,
+                "{}: the broadcast group's MTU limits datagrams to {} bytes (the port takes {})\n",
+                self.log_name,
                 mtu,
                 port
             );
@@ -306,6 +311,12 @@ impl UdDatapath {
         skb.orphan();
         let offset = HWADDR_LEN as u32;
         let qkey = self.qkey.load(Ordering::Relaxed);
+        crate::params::ipoib_dbg_data!(
+            "{}: sending datagram, length {} to QPN 0x{:06x}\n",
+            self.log_name,
+            skb.len() - offset,
+            dest.qpn()
+        );
         match self.qp.post_skb_ud(skb, offset, ah, dest.qpn(), qkey) {
             Ok(()) => {
                 self.sends_posted.fetch_add(1, Ordering::Relaxed);
@@ -326,6 +337,11 @@ impl UdDatapath {
             let n = self.send_cq.poll(&mut wcs).unwrap_or(0);
             for wc in &wcs[..n] {
                 if let Some(sent) = self.qp.complete_send(wc) {
+                    crate::params::ipoib_dbg_data!(
+                        "{}: send completion, status {:?}\n",
+                        self.log_name,
+                        wc.status()
+                    );
                     self.sends_done.fetch_add(1, Ordering::Relaxed);
                     self.credits.give(1);
                     match wc.status() {
@@ -372,6 +388,13 @@ impl UdDatapath {
                     other(wc);
                     continue;
                 };
+                crate::params::ipoib_dbg_data!(
+                    "{}: receive completion, {} bytes from QPN 0x{:06x}, status {:?}\n",
+                    self.log_name,
+                    wc.byte_len(),
+                    wc.src_qp(),
+                    wc.status()
+                );
                 match wc.status() {
                     WcStatus::Success => self.receive(wc, &buf, napi),
                     // The queue pair failed: its buffers go, and it is brought back.
@@ -456,27 +479,20 @@ impl UdDatapath {
     /// follows the partition's place in the P_Key table: made ready with the new index
     /// (reset first if it was ready), or failed while the partition is missing.
     fn recover(&self) {
-        let name = self.device.name();
+        let name = &self.log_name;
         let Some(pkey_index) = self.partition.get() else {
             if self.readied.set(None) {
                 let _ = self.qp.set_error();
-                pr_info!(
-                    "{name} port {}: partition gone from the P_Key table\n",
-                    self.port
-                );
+                pr_info!("{name}: partition gone from the P_Key table\n");
             }
             return;
         };
         if self.readied.get() != Some(pkey_index) {
             match self.reset_qp(pkey_index) {
-                Ok(()) => pr_info!(
-                    "{name} port {}: UD queue pair ready at P_Key index {pkey_index}\n",
-                    self.port
-                ),
-                Err(e) => pr_err!(
-                    "{name} port {}: UD queue pair not ready at P_Key index {pkey_index} ({e:?})\n",
-                    self.port
-                ),
+                Ok(()) => pr_info!("{name}: UD queue pair ready at P_Key index {pkey_index}\n"),
+                Err(e) => {
+                    pr_err!("{name}: UD queue pair not ready at P_Key index {pkey_index} ({e:?})\n")
+                }
             }
             self.napi.schedule();
             return;
@@ -484,12 +500,7 @@ impl UdDatapath {
         let state = match self.qp.state() {
             Ok(state) => state,
             Err(e) => {
-                pr_warn!(
-                    "{} port {}: cannot query the UD queue pair ({:?})\n",
-                    name,
-                    self.port,
-                    e
-                );
+                pr_warn!("{}: cannot query the UD queue pair ({:?})\n", name, e);
                 return;
             }
         };
@@ -501,20 +512,9 @@ impl UdDatapath {
         match result {
             Ok(()) => {
                 bump(&self.counters.qp_recoveries, 1);
-                pr_info!(
-                    "{} port {}: UD queue pair recovered from {:?}\n",
-                    name,
-                    self.port,
-                    state
-                )
+                pr_info!("{}: UD queue pair recovered from {:?}\n", name, state)
             }
-            Err(e) => pr_err!(
-                "{} port {}: UD queue pair stuck in {:?} ({:?})\n",
-                name,
-                self.port,
-                state,
-                e
-            ),
+            Err(e) => pr_err!("{}: UD queue pair stuck in {:?} ({:?})\n", name, state, e),
         }
         self.napi.schedule();
     }

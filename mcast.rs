@@ -23,6 +23,7 @@ use crate::{
     debugfs::{write_group, GidText},
     fabric::{SaOwner, SaPort},
     local_gid::LocalGid,
+    log_name::LogName,
     path::GID_INDEX,
     sa_group::{Progress, SaGroup},
     stats::{bump, now_ms, Counters},
@@ -284,6 +285,8 @@ impl SyncReport {
 /// The multicast state of an interface: the broadcast group and the other groups.
 #[pin_data]
 pub(crate) struct Multicast {
+    /// The interface's name in log lines.
+    log_name: Arc<LogName>,
     /// The broadcast group (its GID carries the interface's P_Key).
     broadcast: Gid,
     /// The address handle broadcasts are sent through; on InfiniBand only once joined.
@@ -313,7 +316,7 @@ impl Multicast {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         device: &Device,
-        port: u32,
+        (port, log_name): (u32, Arc<LogName>),
         qp: &QueuePair,
         pd: &Arc<ProtectionDomain>,
         broadcast: &HwAddr,
@@ -342,6 +345,7 @@ impl Multicast {
         };
         let groups = McastGroups::new()?;
         Ok(pin_init!(Self {
+            log_name,
             broadcast: mgid,
             bcast_ah <- new_spinlock_bh!(bcast_ah, "Multicast::bcast_ah"),
             _bcast_member: member,
@@ -498,7 +502,7 @@ impl Multicast {
     ) -> SyncReport {
         let mut report = SyncReport::default();
         let now = now_ms();
-        let name = device.name();
+        let name = &self.log_name;
         let mut groups = self.sa_groups.lock();
         if !self.is_open() {
             return report;
@@ -529,9 +533,8 @@ impl Multicast {
                             .store(now, core::sync::atomic::Ordering::Relaxed);
                         report.broadcast = Some(rec);
                         pr_info!(
-                            "{} port {}: joined broadcast group {} (MLID 0x{:04x}, Q_Key 0x{:x}, MTU {})\n",
+                            "{}: joined broadcast group {} (MLID 0x{:04x}, Q_Key 0x{:x}, MTU {})\n",
                             name,
-                            port,
                             GidText(&self.broadcast.0),
                             rec.mlid(),
                             rec.qkey(),
@@ -539,7 +542,7 @@ impl Multicast {
                         );
                     }
                     Err(e) => {
-                        pr_warn!("{name} port {port}: no handle for the broadcast group ({e:?})\n");
+                        pr_warn!("{name}: no handle for the broadcast group ({e:?})\n");
                         bcast.leave(qp);
                     }
                 }
@@ -547,7 +550,7 @@ impl Multicast {
             Progress::Failed(e) => {
                 bump(&self.counters.mcast_join_failures, 1);
                 *self.bcast_ah.lock() = None;
-                pr_info!("{name} port {port}: broadcast group join failed ({e:?}); retried\n");
+                pr_info!("{name}: broadcast group join failed ({e:?}); retried\n");
             }
             Progress::Unchanged => {}
         }
@@ -583,8 +586,8 @@ impl Multicast {
                         .is_some()
                 {
                     crate::params::ipoib_dbg_mcast!(
-                        "port {}: multicast group {} joined by user space, left to it (umcast)\n",
-                        sa.sa.port,
+                        "{}: multicast group {} joined by user space, left to it (umcast)\n",
+                        self.log_name,
                         GidText(&mgid.0)
                     );
                     return Err(EEXIST);
@@ -605,15 +608,15 @@ impl Multicast {
             let _ = g.ask(&sa.sa, &rec, now);
             match g.take_answer(qp, now) {
                 Progress::Joined(_) => crate::params::ipoib_dbg_mcast!(
-                    "port {}: joined multicast group {}\n",
-                    sa.sa.port,
+                    "{}: joined multicast group {}\n",
+                    self.log_name,
                     GidText(&g.mgid().0)
                 ),
                 Progress::Failed(e) => {
                     bump(&self.counters.mcast_join_failures, 1);
                     crate::params::ipoib_dbg_mcast!(
-                        "port {}: join of multicast group {} failed ({:?})\n",
-                        sa.sa.port,
+                        "{}: join of multicast group {} failed ({:?})\n",
+                        self.log_name,
                         GidText(&g.mgid().0),
                         e
                     );
@@ -710,9 +713,8 @@ impl Multicast {
             Ok(ndev) => ndev,
             Err(e) => {
                 pr_warn!(
-                    "{} port {}: no Ethernet device for multicast ({:?})\n",
-                    device.name(),
-                    port,
+                    "{}: no Ethernet device for multicast ({:?})\n",
+                    self.log_name,
                     e
                 );
                 return;
@@ -724,9 +726,8 @@ impl Multicast {
                 match Ipv6McMembership::join(&ndev, &mgid.0) {
                     Ok(member) => {
                         crate::params::ipoib_dbg_mcast!(
-                            "{} port {}: joined multicast group {}\n",
-                            device.name(),
-                            port,
+                            "{}: joined multicast group {}\n",
+                            self.log_name,
                             GidText(&mgid.0)
                         );
                         Ok(Joined::new(*mgid, Membership::Ip { _member: member }))
@@ -740,20 +741,14 @@ impl Multicast {
             |j| {
                 let _ = qp.detach_mcast(&rdma_gid(&j.mgid), 0);
                 crate::params::ipoib_dbg_mcast!(
-                    "{} port {}: left multicast group {}\n",
-                    device.name(),
-                    port,
+                    "{}: left multicast group {}\n",
+                    self.log_name,
                     GidText(&j.mgid.0)
                 );
             },
         );
         if failed > 0 {
-            pr_warn!(
-                "{} port {}: {} multicast joins failed\n",
-                device.name(),
-                port,
-                failed
-            );
+            pr_warn!("{}: {} multicast joins failed\n", self.log_name, failed);
         }
     }
 

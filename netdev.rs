@@ -37,7 +37,7 @@ const ATTR_MODE: usize = 0;
 /// `/sys/class/net/ibN/pkey`: the partition key, read-only.
 const ATTR_PKEY: usize = 1;
 /// `umcast`: whether multicast groups user space joined itself are left to it (C's
-/// "user multicast"), 0 or 1.
+/// "user multicast"): 0 or 1 read, any number written (not 0: on; text is refused).
 const ATTR_UMCAST: usize = 2;
 /// `create_child` (a port's own interface): a P_Key written makes a child interface.
 const ATTR_CREATE_CHILD: usize = 3;
@@ -65,13 +65,9 @@ fn parse_mode(input: &[u8]) -> Option<bool> {
     }
 }
 
-/// Applies `umcast` 0 or 1 (`EINVAL` otherwise).
+/// Applies `umcast`: any value but 0 turns it on, as in C.
 fn set_umcast(dev: &NetDevice, iface: &Interface, value: u32) -> Result {
-    let on = match value {
-        0 => false,
-        1 => true,
-        _ => return Err(EINVAL),
-    };
+    let on = value != 0;
     if iface.set_umcast(on) && on {
         // Groups user space joined itself through the subnet administrator are then left
         // to it (from the next change of the multicast list, as in C); RoCE has none.
@@ -98,7 +94,10 @@ pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result 
     let tx_queue_len = 2 * iface.send_ring;
     let scatter_gather = iface.scatter_gather;
     let broadcast = iface.broadcast;
+    // Ports are numbered from 1, `dev_port` from 0.
+    let dev_port = u16::try_from(iface.port.saturating_sub(1)).unwrap_or(u16::MAX);
     move |setup| {
+        setup.set_dev_port(dev_port);
         setup.set_tx_queue_len(tx_queue_len);
         if scatter_gather {
             setup.set_scatter_gather();
@@ -124,6 +123,9 @@ impl Operations for IpoibNetdev {
         dev.set_tx_queue_len(2 * 64);
         // Packets too big for a peer are reported back through their route.
         dev.keep_dst();
+        // An IPoIB frame has no room for an 802.1Q tag; partitions (children) are the
+        // InfiniBand way to split a link.
+        dev.set_vlan_challenged();
         dev.set_watchdog_timeout(TX_TIMEOUT_MS);
         let bcast = HwAddr::broadcast(wire::DEFAULT_PKEY);
         if dev.set_addr_len(HWADDR_LEN as u8).is_err()
@@ -134,6 +136,8 @@ impl Operations for IpoibNetdev {
     }
 
     fn open(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result {
+        // The core renames a device only while it is down.
+        iface.log_name.update(dev);
         // A new device starts with its carrier on. Off first: on InfiniBand the multicast
         // work item turns it on once the broadcast group is joined, maybe before `start`
         // returns.
@@ -150,6 +154,11 @@ impl Operations for IpoibNetdev {
         }
         dev.start_queue();
         Ok(())
+    }
+
+    fn get_iflink(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> i32 {
+        // A child sends through its parent: `ip link` shows `ib0.8001@ib0`.
+        iface.role().parent().unwrap_or(dev).ifindex()
     }
 
     fn stop(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result {
@@ -390,6 +399,10 @@ impl ChildInterface for Interface {
 
     fn hw_addr(&self) -> HwAddr {
         self.local()
+    }
+
+    fn registered(&self, dev: &NetDevice) {
+        self.log_name.update(dev);
     }
 
     fn configure(&self) -> impl FnOnce(&mut Setup) -> Result {

@@ -137,6 +137,28 @@ kernel::module_param!(
     "Log multicast joins and leaves if > 0 (default 0; writable at run time)"
 );
 
+kernel::module_param!(
+    /// Whether the driver logs each datagram sent and received and each completion, as the
+    /// C driver's `data_debug_level`.
+    pub(crate) DATA_DEBUG_LEVEL,
+    "ib_ipoib",
+    "data_debug_level",
+    writable u32,
+    0,
+    "Log every datagram and its completion if > 0 (default 0; writable at run time)"
+);
+
+kernel::module_param!(
+    /// Whether the driver logs each message sent and received over a connection and each
+    /// completion, as the C driver's `cm_data_debug_level`.
+    pub(crate) CM_DATA_DEBUG_LEVEL,
+    "ib_ipoib",
+    "cm_data_debug_level",
+    writable u32,
+    0,
+    "Log every connected-mode message and its completion if > 0 (default 0; writable at run time)"
+);
+
 /// Logs a line when `debug_level` is set (the C driver's `ipoib_dbg`).
 macro_rules! ipoib_dbg {
     ($($arg:tt)*) => {
@@ -155,4 +177,24 @@ macro_rules! ipoib_dbg_mcast {
     };
 }
 
-pub(crate) use {ipoib_dbg, ipoib_dbg_mcast};
+/// Logs a line when `data_debug_level` is set (the C driver's `ipoib_dbg_data`): per
+/// datagram, so only while someone debugs.
+macro_rules! ipoib_dbg_data {
+    ($($arg:tt)*) => {
+        if $crate::params::DATA_DEBUG_LEVEL.get() > 0 {
+            kernel::pr_info!($($arg)*);
+        }
+    };
+}
+
+/// Logs a line when `cm_data_debug_level` is set (the C driver's `ipoib_cm`'s data
+/// debugging): per message of a connection.
+macro_rules! ipoib_dbg_cm_data {
+    ($($arg:tt)*) => {
+        if $crate::params::CM_DATA_DEBUG_LEVEL.get() > 0 {
+            kernel::pr_info!($($arg)*);
+        }
+    };
+}
+
+pub(crate) use {ipoib_dbg, ipoib_dbg_cm_data, ipoib_dbg_data, ipoib_dbg_mcast};

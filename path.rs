@@ -18,6 +18,7 @@ use crate::{
     fabric::{Answer, Answered, PathLookup, SaOwner, SaPort},
     ipoib_ud::UdDatapath,
     local_gid::LocalGid,
+    log_name::LogName,
     neigh::{self, Neighbours, Route},
     stats::{bump, now_ms, Counters},
     wire::{self, Gid, HwAddr, HWADDR_LEN},
@@ -119,6 +120,8 @@ struct PendingPath {
 #[pin_data]
 pub(crate) struct Paths {
     resolver: PathResolver,
+    /// The interface's name in log lines.
+    log_name: Arc<LogName>,
     /// Address handles per destination. Every send through one is posted under this lock
     /// (see `neigh.rs`); the transmit path, NAPI and process context take it.
     #[pin]
@@ -141,6 +144,7 @@ impl Paths {
     /// its packets in `counters`.
     pub(crate) fn new(
         resolver: PathResolver,
+        log_name: Arc<LogName>,
         counters: Arc<Counters>,
     ) -> Result<impl PinInit<Self>> {
         let mut held = KVec::with_capacity(HELD_MAX, GFP_KERNEL)?;
@@ -150,6 +154,7 @@ impl Paths {
         let neigh = Neighbours::new()?;
         Ok(pin_init!(Self {
             resolver,
+            log_name,
             neigh <- new_spinlock_bh!(neigh, "Paths::neigh"),
             held <- new_spinlock_bh!(held, "Paths::held"),
             held_count: AtomicUsize::new(0),
@@ -288,7 +293,7 @@ impl Paths {
                 },
                 None => self.resolver.roce_address_handle(pd, gid),
             };
-            self.enter(device, ud, gid, made, None);
+            self.enter(ud, gid, made, None);
         }
     }
 
@@ -341,13 +346,12 @@ impl Paths {
                 Ok((AddressHandle::new(pd, &attr)?, route))
             });
             match made {
-                Ok((ah, route)) => self.enter(device, ud, &gid, Ok(ah), Some(route)),
+                Ok((ah, route)) => self.enter(ud, &gid, Ok(ah), Some(route)),
                 Err(e) => {
                     bump(&self.counters.path_failures, 1);
                     crate::params::ipoib_dbg!(
-                        "{} port {}: no path to {} ({:?})\n",
-                        device.name(),
-                        self.resolver.port,
+                        "{}: no path to {} ({:?})\n",
+                        self.log_name,
                         GidText(&gid.0),
                         e
                     );
@@ -361,13 +365,11 @@ impl Paths {
     /// `ud` go; without one, the packets held for `gid` are dropped.
     fn enter(
         &self,
-        device: &Device,
         ud: &UdDatapath,
         gid: &Gid,
         made: Result<Arc<AddressHandle>>,
         route: Option<Route>,
     ) {
-        let port = self.resolver.port;
         let made = made
             .and_then(|ah| Neighbours::node(gid.0, ah, route, now_ms()))
             .map(|node| {
@@ -376,15 +378,13 @@ impl Paths {
             });
         match &made {
             Ok(None) => crate::params::ipoib_dbg!(
-                "{} port {}: address handle made for {}\n",
-                device.name(),
-                port,
+                "{}: address handle made for {}\n",
+                self.log_name,
                 GidText(&gid.0)
             ),
             Err(e) => crate::params::ipoib_dbg!(
-                "{} port {}: no address handle for {} ({:?})\n",
-                device.name(),
-                port,
+                "{}: no address handle for {} ({:?})\n",
+                self.log_name,
                 GidText(&gid.0),
                 e
             ),
@@ -399,14 +399,8 @@ impl Paths {
 
     /// Enters `ah`, the handle of a multicast group's membership, for `gid` (process
     /// context), as sends through `ud` go.
-    pub(crate) fn add_handle(
-        &self,
-        device: &Device,
-        ud: &UdDatapath,
-        gid: &Gid,
-        ah: Arc<AddressHandle>,
-    ) {
-        self.enter(device, ud, gid, Ok(ah), None);
+    pub(crate) fn add_handle(&self, ud: &UdDatapath, gid: &Gid, ah: Arc<AddressHandle>) {
+        self.enter(ud, gid, Ok(ah), None);
     }
 
     /// Drops the packets held for `gid`, counted as errors: it has no route.

@@ -39,6 +39,9 @@ pub(crate) struct Counters {
     /// closed then because their sends had stalled.
     pub(crate) tx_timeouts: AtomicU64,
     pub(crate) cm_tx_stalled: AtomicU64,
+    /// Transmit connections closed because their destination stayed idle (as C frees a
+    /// connection with its aged neighbour).
+    pub(crate) cm_tx_idle_closed: AtomicU64,
     /// Path record queries that failed or whose path gave no address handle (InfiniBand).
     pub(crate) path_failures: AtomicU64,
     /// Multicast joins the subnet administrator refused or did not answer (InfiniBand).
@@ -69,6 +72,7 @@ pub(crate) const ETHTOOL_STATS: &[&CStr] = &[
     c_str!("neighbours"),
     c_str!("tx_timeouts"),
     c_str!("cm_tx_stalled"),
+    c_str!("cm_tx_idle_closed"),
     c_str!("path_failures"),
     c_str!("mcast_join_failures"),
 ];
@@ -136,6 +140,7 @@ impl Counters {
             g.neighbours,
             l(&self.tx_timeouts),
             l(&self.cm_tx_stalled),
+            l(&self.cm_tx_idle_closed),
             l(&self.path_failures),
             l(&self.mcast_join_failures),
         ];

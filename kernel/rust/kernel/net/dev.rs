@@ -94,6 +94,12 @@ impl NetDevice {
         unsafe { core::ptr::read_volatile(&(*self.as_raw()).mtu) }
     }
 
+    /// The interface index, which moving the device to another namespace may change.
+    pub fn ifindex(&self) -> i32 {
+        // SAFETY: The device is valid; `ifindex` is an aligned word, read as `READ_ONCE` does.
+        unsafe { core::ptr::read_volatile(&(*self.as_raw()).ifindex) }
+    }
+
     /// The hardware address (`dev_addr`), `addr_len` bytes.
     pub fn dev_addr(&self) -> &[u8] {
         // SAFETY: The device is valid; `dev_addr` points to `addr_len` bytes owned by the
@@ -318,6 +324,24 @@ impl Setup {
         }
     }
 
+    /// Refuses VLAN devices on top (`ip link add ... type vlan` fails with `EOPNOTSUPP`): for
+    /// link layers whose frames have no room for an 802.1Q tag. Fixed for the device's
+    /// life.
+    pub fn set_vlan_challenged(&mut self) {
+        // SAFETY: The device is being set up by us alone.
+        unsafe { (*self.raw()).features |= bindings::NETIF_F_VLAN_CHALLENGED };
+    }
+
+    /// Which port of its hardware the device is (`dev_port`, from 0), for devices that share
+    /// one parent: udev names them apart by it. Also set as `dev_id`, which older tools read.
+    pub fn set_dev_port(&mut self, port: u16) {
+        let dev = self.raw();
+        // SAFETY: The device is being set up by us alone.
+        unsafe { (*dev).dev_port = port };
+        // SAFETY: As above.
+        unsafe { (*dev).dev_id = port };
+    }
+
     /// How long the transmit queue may stay stopped before [`Operations::tx_timeout`] is
     /// called (the core's default is 5 s).
     pub fn set_watchdog_timeout(&mut self, ms: u32) {
@@ -441,6 +465,13 @@ pub trait Operations: Sized + 'static {
     /// ([`Setup::set_watchdog_timeout`]): a send is stuck. Called from the watchdog timer
     /// (atomic context); recovery belongs in process context.
     fn tx_timeout(_dev: &NetDevice, _data: <Self::Data as ForeignOwnable>::Borrowed<'_>) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// The index of the device this one sends through (`ndo_get_iflink`), which `ip link`
+    /// shows as `NAME@LINK` and netlink as `IFLA_LINK`; the device's own index for a device
+    /// on no other. Called under RCU, maybe without RTNL: must not sleep.
+    fn get_iflink(_dev: &NetDevice, _data: <Self::Data as ForeignOwnable>::Borrowed<'_>) -> i32 {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
@@ -665,6 +696,11 @@ impl<T: Operations> Adapter<T> {
         } else {
             None
         },
+        ndo_get_iflink: if T::HAS_GET_IFLINK {
+            Some(Self::get_iflink_callback)
+        } else {
+            None
+        },
         // SAFETY: The other members are optional callbacks and integers; zero is `None`/0.
         ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
     };
@@ -870,6 +906,19 @@ impl<T: Operations> Adapter<T> {
         // SAFETY: The core passes a valid registered device of ours.
         let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
         T::tx_timeout(ndev, data);
+    }
+
+    /// # Safety
+    ///
+    /// As for `open_callback`; called under RCU.
+    unsafe extern "C" fn get_iflink_callback(dev: *const bindings::net_device) -> c_int {
+        // The device is only read through (`NetDevice` gives no `&mut` access).
+        let dev = dev.cast_mut();
+        // SAFETY: The core passes a valid registered device of ours.
+        let ndev = unsafe { NetDevice::from_raw(dev) };
+        // SAFETY: As above: set up by `register`, not yet released.
+        let data = unsafe { Self::data(dev) };
+        T::get_iflink(ndev, data)
     }
 
     /// # Safety

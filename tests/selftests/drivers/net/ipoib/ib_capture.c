@@ -200,6 +200,8 @@ int main(int argc, char **argv)
 		perror(argv[1]);
 		return 1;
 	}
+	/* Tests start the traffic once this line is out. */
+	fprintf(stderr, "capturing on %s\n", argv[1]);
 	/* No SA_RESTART: the signal ends the poll below. */
 	sa.sa_handler = stop;
 	sigaction(SIGTERM, &sa, NULL);

@@ -88,6 +88,22 @@ kernel_kib() {
 	awk '$1 == "Slab:" || $1 == "VmallocUsed:" { kib += $2 } END { print kib }' /proc/meminfo
 }
 
+# kasan_kernel: the kernel runs KASAN (each allocation carries redzones; freed memory waits
+# in its quarantine before the totals above see it back).
+kasan_kernel() { grep -q ' kasan_report$' /proc/kallsyms; }
+
+# kmemleak_clear / kmemleak_none: on a kmemleak kernel, forget what it reported so far; then
+# whether a scan (two: an object is reported once unreferenced in two) finds leaks now,
+# printing them.
+KMEMLEAK=/sys/kernel/debug/kmemleak
+kmemleak_clear() { echo clear >$KMEMLEAK; }
+kmemleak_none() {
+	local out
+	echo scan >$KMEMLEAK && echo scan >$KMEMLEAK || return 1
+	out=$(cat $KMEMLEAK)
+	[ -z "$out" ] || { echo "$out" | head -n 40; return 1; }
+}
+
 port_state() { cat "/sys/class/infiniband/$1/ports/$2/state" 2>/dev/null; }
 port_active() { port_state "$1" "$2" | grep -q ACTIVE; }
 
@@ -225,6 +241,30 @@ two_hosts_roles() {
 	server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ;;
 	*) ib_local=198.51.100.2 ib_peer=198.51.100.1 ;;
 	esac
+}
+
+# two_hosts_meet: both hosts at the start of this program, a rendezvous over eth0 on a port
+# derived from the program's name (6000..6999, a hash in bash: the guests have no cksum),
+# so hosts in different programs do not
+# meet; a peer that does not come fails the program here instead of leaving it to test
+# alone.
+two_hosts_meet() {
+	local prog=${0##*/} port=0 i
+	for ((i = 0; i < ${#prog}; i++)); do
+		port=$(((port * 31 + $(printf '%d' "'${prog:i:1}")) % 1000))
+	done
+	port=$((6000 + port))
+	both_at "$port" 300 ||
+		ktap_exit_fail_msg "$role: the peer did not reach $prog within $((300 * SLOW)) s (port $port)"
+	ktap_print_msg "$role: both hosts at the start of $prog"
+}
+
+# tcp_listening PORT [NETNS]: a TCP socket (IPv4 or IPv6) listens on PORT, in NETNS if given.
+tcp_listening() {
+	local ns=()
+	[ -n "${2:-}" ] && ns=(ip netns exec "$2")
+	"${ns[@]}" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+		awk -v p="$(printf ':%04X' "$1")" 'substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }'
 }
 
 # How many times slower than the default kernel this one runs (the debug kernel: 4; set

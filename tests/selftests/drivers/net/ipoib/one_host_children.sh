@@ -10,7 +10,7 @@
 
 NS=ipoibkids
 
-one_host_begin 17
+one_host_begin 18
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -36,10 +36,12 @@ parent_files() {
 		[ "$(cat "$(sys "$ib_a" umcast)")" = 0 ] &&
 		write "$(sys "$ib_a" umcast)" 1 && [ "$(cat "$(sys "$ib_a" umcast)")" = 1 ] &&
 		ip -d link show "$ib_a" | grep -Eq "umcast +0001" &&
-		refused "$(sys "$ib_a" umcast)" 2 "Invalid argument" &&
+		write "$(sys "$ib_a" umcast)" 0 && [ "$(cat "$(sys "$ib_a" umcast)")" = 0 ] &&
+		write "$(sys "$ib_a" umcast)" 2 && [ "$(cat "$(sys "$ib_a" umcast)")" = 1 ] &&
+		refused "$(sys "$ib_a" umcast)" on "Invalid argument" &&
 		write "$(sys "$ib_a" umcast)" 0 && [ "$(cat "$(sys "$ib_a" umcast)")" = 0 ]
 }
-ipoib_check "$ib_a: create_child and delete_child (write-only), pkey 0xffff, umcast 0, 1 (shown by ip -d), not 2" \
+ipoib_check "$ib_a: create_child and delete_child (write-only), pkey 0xffff, umcast 0, 1 (shown by ip -d), 2 as 1, not text" \
 	parent_files
 
 kid=$ib_a.8001
@@ -65,12 +67,12 @@ bad_requests() {
 ipoib_check "create_child refuses a duplicate, the parent's P_Key, 0, 0x8000, 0x10000, text; delete_child an unknown P_Key" \
 	bad_requests
 
+no_pkey_logged() { klog_since | grep -q "$kid: P_Key 0x8001 is not in the port's P_Key table: no carrier"; }
 no_partition() {
 	ip link set "$kid" up || return 1
-	sleep 1
+	wait_for 10 no_pkey_logged || { echo "no line on the missing P_Key"; return 1; }
 	echo "carrier $(cat "$(sys "$kid" carrier)"), operstate $(cat "$(sys "$kid" operstate)")"
-	[ "$(cat "$(sys "$kid" carrier)")" = 0 ] &&
-		klog_since | grep -q "$kid: P_Key 0x8001 is not in the port's P_Key table: no carrier"
+	[ "$(cat "$(sys "$kid" carrier)")" = 0 ]
 }
 ipoib_check "$kid up: P_Key 0x8001 is not in soft-RoCE's table, so no carrier (logged)" no_partition
 
@@ -87,9 +89,14 @@ rtnl_children() {
 		[ "$(cat "$(sys "$ib_a.k1" parent)")" = "$ib_a" ] &&
 		[ "$(cat "$(sys "$ib_a.k2" pkey)")" = 0xffff ] &&
 		[ "$(cat "$(sys "$ib_a.k2" address)")" != "$(cat "$(sys "$ib_a.k1" address)")" ] &&
-		[ "$(cat "$(sys "$ib_a.k1" address)")" != "$(cat "$(sys "$ib_a" address)")" ]
+		[ "$(cat "$(sys "$ib_a.k1" address)")" != "$(cat "$(sys "$ib_a" address)")" ] || return 1
+	# Each child sends through its parent (ndo_get_iflink: IFLA_LINK, `@parent`); the
+	# parent through itself.
+	ip link show "$ib_a.k1" | grep -q "^[0-9]*: $ib_a.k1@$ib_a:" &&
+		[ "$(cat "$(sys "$ib_a.k1" iflink)")" = "$(cat "$(sys "$ib_a" ifindex)")" ] &&
+		[ "$(cat "$(sys "$ib_a" iflink)")" = "$(cat "$(sys "$ib_a" ifindex)")" ]
 }
-ipoib_check "ip link add ... type ipoib pkey 0x7fff mode connected, and without a P_Key: own addresses" \
+ipoib_check "ip link add ... type ipoib pkey 0x7fff mode connected, and without a P_Key: own addresses, shown as NAME@$ib_a" \
 	rtnl_children
 
 rtnl_refusals() {
@@ -101,28 +108,36 @@ rtnl_refusals() {
 	echo "$out" | grep -q "No such device" || return 1
 	out=$(ip link add link "$ib_a" name "$ib_a.k4" type ipoib pkey 0x8000 2>&1) && return 1
 	echo "P_Key 0x8000: $out"
-	# Made, then refused its settings: deleted again.
-	out=$(ip link add link "$ib_a" name "$ib_a.k5" type ipoib umcast 2 2>&1) && return 1
-	echo "umcast 2: $out"
-	! ip link show "$ib_a.k5" 2>/dev/null || return 1
+	# An IPoIB frame has no room for a VLAN tag: partitions split the link instead. The
+	# device says so (ethtool's fixed vlan-challenged, which bonding reads too); 802.1Q
+	# also refuses any device that is not Ethernet.
+	ethtool -k "$ib_a" | grep "vlan-challenged" &&
+		ethtool -k "$ib_a" | grep -q "vlan-challenged: on \[fixed\]" || return 1
+	out=$(ip link add link "$ib_a" name "$ib_a.v5" type vlan id 5 2>&1) && return 1
+	echo "VLAN: $out"
+	echo "$out" | grep -q "VLANs not supported on device" || return 1
 	ip link del "$ib_a" && ip link show "$ib_a" >/dev/null &&
 		klog_since | grep -q "$ib_a: not deleted"
 }
-ipoib_check "refused: a child of a child, of lo, P_Key 0x8000, umcast 2; ip link del of the parent leaves it" \
+ipoib_check "refused: a child of a child, of lo, P_Key 0x8000, a VLAN (vlan-challenged, fixed); ip link del of the parent leaves it" \
 	rtnl_refusals
+# umcast through netlink: any value but 0 is on, as in C.
+ipoib_check "ip link add ... type ipoib umcast 2: made with umcast on" eval '
+	ip link add link "$ib_a" name "$ib_a.k5" type ipoib umcast 2 &&
+		ip -d link show "$ib_a.k5" | grep -Eq "umcast +0001" && ip link del "$ib_a.k5"'
 
 ipoib_check "ip link del $ib_a.k2" eval "ip link del $ib_a.k2 && ! ip link show $ib_a.k2 2>/dev/null"
 
 param() { echo "/sys/module/$MODULE/parameters/$1"; }
 debug_params() {
 	local p
-	for p in debug_level mcast_debug_level; do
+	for p in debug_level mcast_debug_level data_debug_level cm_data_debug_level; do
 		[ "$(stat -c %a "$(param $p)")" = 644 ] && [ "$(cat "$(param $p)")" = 0 ] &&
 			refused "$(param $p)" verbose "Invalid argument" && write "$(param $p)" 1 &&
 			[ "$(cat "$(param $p)")" = 1 ] || return 1
 	done
 }
-ipoib_check "debug_level and mcast_debug_level: 0644, 0 by default, set to 1 (text refused)" debug_params
+ipoib_check "debug_level, mcast_debug_level, data_debug_level, cm_data_debug_level: 0644, 0 by default, set to 1 (text refused)" debug_params
 
 # Traffic between a child of each interface, the second one in another namespace.
 kid_a=$ib_a.k1 kid_b=$ib_b.k1
@@ -138,9 +153,14 @@ ipoib_check "$kid_a and $kid_b (in namespace $NS, made there) up, carrier on" ki
 
 datagram_ping() {
 	echo datagram >"$(sys "$kid_a" mode)" && ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$kid_b/mode" &&
-		wait_for 30 ping -c 1 -W 1 203.0.113.2 && ip netns exec "$NS" ping -c 2 -W 2 203.0.113.1
+		wait_for 30 ping -c 1 -W 1 203.0.113.2 && ip netns exec "$NS" ping -c 2 -W 2 203.0.113.1 || return 1
+	# data_debug_level is 1: each datagram and completion logged, under the child's name.
+	klog_since | grep -E "$kid_a: (sending datagram|send completion|receive completion)" | tail -n 3
+	klog_since | grep -q "^.*ib_ipoib: $kid_a: sending datagram, length [0-9]* to QPN 0x" &&
+		klog_since | grep -q "ib_ipoib: $kid_a: send completion, status Success" &&
+		klog_since | grep -q "ib_ipoib: $kid_a: receive completion, [0-9]* bytes from QPN 0x[0-9a-f]*, status Success"
 }
-ipoib_check "datagram mode: ping between the children both ways" datagram_ping
+ipoib_check "datagram mode: ping between the children both ways (each datagram logged under the child's name)" datagram_ping
 
 connected_ping() {
 	local before frags
@@ -153,22 +173,28 @@ connected_ping() {
 	[ "$(rc_qp_count)" -gt "$before" ] && [ "$(frag_creates)" = "$frags" ] &&
 		[ "$(ethtool_stat "$kid_a" cm_tx_connections)" = 1 ] &&
 		grep -q "tx" "/sys/kernel/debug/ipoib/${kid_a}_cm" || return 1
-	# debug_level and mcast_debug_level are 1: the connections and joins were logged.
+	# debug_level and mcast_debug_level are 1: the connections and joins were logged, and
+	# with cm_data_debug_level each message, all under the children's names.
 	klog_since | grep -E "connected to|accepted on QPN|joined multicast group" | head -n 6
-	klog_since | grep -q "connected to .* (QPN 0x" && klog_since | grep -q "accepted on QPN 0x" &&
-		klog_since | grep -q "joined multicast group ff12:601b:ffff"
+	klog_since | grep -q "ib_ipoib: $kid_a: connected to .* (QPN 0x" &&
+		klog_since | grep -q "ib_ipoib: $kid_b: connection from QPN .* accepted on QPN 0x" &&
+		klog_since | grep -q "ib_ipoib: $kid_a: joined multicast group ff12:601b:ffff" &&
+		klog_since | grep -q "ib_ipoib: $kid_a: sending message, length 6[0-9]* on QPN 0x" &&
+		klog_since | grep -q "ib_ipoib: $kid_b: connection receive completion, 6[0-9]* bytes, status Success"
 }
 ipoib_check "connected mode, MTU 65520: 60000-byte pings unfragmented, over a connection" connected_ping
 
 parent_unharmed() {
-	write "$(param debug_level)" 0 && write "$(param mcast_debug_level)" 0 || return 1
+	write "$(param debug_level)" 0 && write "$(param mcast_debug_level)" 0 &&
+		write "$(param data_debug_level)" 0 && write "$(param cm_data_debug_level)" 0 || return 1
 	local mark=$KLOG_MARK
 	klog_mark
 	ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up &&
 		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" && ip -n "$NS" link set "$ib_b" up &&
 		wait_for 30 ping -c 1 -W 1 198.51.100.2 && ping -c 2 -W 2 203.0.113.2 || return 1
-	# A new connection between the parents, not logged now that debug_level is 0.
-	! klog_since | grep -E "connected to|accepted on QPN|multicast group"
+	# A new connection between the parents, not logged now that debug_level is 0; nor
+	# their datagrams and messages.
+	! klog_since | grep -E "connected to|accepted on QPN|multicast group|completion|sending"
 	local quiet=$?
 	KLOG_MARK=$mark
 	return $quiet

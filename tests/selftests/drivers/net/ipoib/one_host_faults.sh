@@ -4,14 +4,15 @@
 # the module, brings an interface up, switches its mode or adds a device is made to fail
 # (/proc/self/fail-nth), N moving from the first allocations to thousands in. Each attempt
 # must fail with an error or succeed, never crash, warn or leave state behind: the kernel
-# log stays clean, the module unloads, and afterwards both interfaces work. Then, under
-# traffic both ways in connected mode, one atomic allocation in twenty fails anywhere for 10 s
-# (receive refills from NAPI, connections and neighbours made on the transmit path), and a
-# mode switch makes new connections meanwhile: the interfaces recover once it stops. And
-# while both sides make connections anew, allocations of any kind fail at random, but only
-# those made under the module's own code (failslab's stack-trace filter; rxe's paths
-# excluded, whose failures print allocation reports): the set-up work's queue pairs,
-# CQs and CM identifiers, the CM handlers' connections. Same outcome required.
+# log stays clean, the module unloads, and afterwards both interfaces work. Then random
+# failures, only of allocations made under the module's own code (failslab's stack-trace
+# filter; rxe's paths excluded, whose failures print allocation reports): while both sides
+# make connections anew, allocations of any kind (the set-up work's queue pairs, CQs and CM
+# identifiers, the CM handlers' connections); and under traffic both ways in connected mode,
+# one atomic allocation in ten for 10 s (the receive path's skbs in NAPI, connections and
+# neighbours made on the transmit path) while a mode switch makes new connections: the
+# receive path's failures are counted as drops. Same outcome required: the interfaces
+# recover once it stops.
 . "$(dirname "$0")/lib.sh"
 
 FS=/sys/kernel/debug/failslab
@@ -183,8 +184,59 @@ recovered() {
 	fi
 	wait_for 60 ping -c 1 -W 1 198.51.100.2 && ip netns exec "$NS" ping -c 2 -W 2 198.51.100.1
 }
+# filter_to_module DEPTH [rxe]: failslab fails only allocations with the module's code among
+# the stack's top DEPTH entries, and with "rxe", none with rxe's there (whose failures print
+# allocation reports). The test kernel's unwinder guesses (it takes every text address
+# on the stack): the module's NAPI poll, run in a softirq on top of rxe's work, has rxe's
+# addresses below it.
+filter_to_module() {
+	local start size lo hi
+	start=$(cat /sys/module/$MODULE/sections/.text) &&
+		size=$(awk -v m=$MODULE '$1 == m { print $2 }' /proc/modules) || return 1
+	# rxe is built in: its functions are one contiguous run of kernel text.
+	lo=$(grep -E ' [tT] rxe_' /proc/kallsyms | sort | head -n 1 | cut -d' ' -f1)
+	hi=$(grep -E ' [tT] rxe_' /proc/kallsyms | sort | tail -n 1 | cut -d' ' -f1)
+	[ -n "$lo" ] && [ -n "$hi" ] && [ -n "$size" ] || { echo "no symbols to filter on"; return 1; }
+	echo "$start" >$FS/require-start
+	printf '0x%x\n' $((start + size)) >$FS/require-end
+	if [ "${2:-}" = rxe ]; then
+		echo "0x$lo" >$FS/reject-start
+		printf '0x%x\n' $((0x$hi + 4096)) >$FS/reject-end
+	fi
+	echo "$1" >$FS/stacktrace-depth
+}
+filter_off() {
+	echo 0 >$FS/require-start
+	echo 0xffffffffffffffff >$FS/require-end
+	echo 0 >$FS/reject-start
+	echo 0 >$FS/reject-end
+}
+# storm_start TIMES PERCENT IGNORE_SLEEPING / storm_end: random failures of any task's
+# allocations; storm_end prints how many were made to fail.
+storm_start() {
+	echo N >$FS/task-filter
+	echo "$3" >$FS/ignore-gfp-wait
+	echo 1 >$FS/interval
+	echo "$1" >$FS/times
+	echo "$2" >$FS/probability
+	STORM_TIMES=$1
+}
+storm_end() {
+	echo 0 >$FS/probability
+	echo $((STORM_TIMES - $(cat $FS/times)))
+	echo 0 >$FS/times
+	echo N >$FS/ignore-gfp-wait
+	echo Y >$FS/task-filter
+	filter_off
+}
+
+# atomic_storm: under traffic both ways, one in ten of the atomic allocations made under the
+# module's code fails for 10 s (the receive path's skbs in NAPI, connections and neighbours
+# made on the transmit path), and a mode switch makes new connections meanwhile. The
+# receive path's failures must show as dropped packets, and everything recovers.
+peer_stat() { ip netns exec "$NS" ethtool -S "$ib_b" | awk -v n="$1:" '$1 == n { print $2 }'; }
 atomic_storm() {
-	local flooders times=1000000 injected
+	local flooders injected drops0 drops
 	if rdma res show qp lqpn 1 | grep -q "state ERR"; then
 		echo "rxe left a QP1 in the error state before: the storm runs in datagram mode"
 	else
@@ -193,53 +245,34 @@ atomic_storm() {
 	fi
 	wait_for 30 ping -c 1 -W 1 198.51.100.2 || return 1
 	klog_mark
-	echo N >$FS/task-filter
-	echo Y >$FS/ignore-gfp-wait
-	echo 1 >$FS/interval
-	echo $times >$FS/times
-	echo 5 >$FS/probability
+	drops0=$(($(ethtool_stat "$ib_a" rx_dropped) + $(peer_stat rx_dropped)))
+	filter_to_module 32 || return 1
+	storm_start 1000000 10 Y
 	udp_flood 10 198.51.100.2
 	flooders=$!
 	udp_flood 10 198.51.100.1 "$NS"
 	flooders="$flooders $!"
-	sleep 4
+	wait_for 5 eval '[ $(($(ethtool_stat "$ib_a" rx_dropped) + $(peer_stat rx_dropped))) -gt "$drops0" ]'
 	# New connections while allocations fail: the peer drops its own and makes new ones.
 	ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$ib_b/mode; echo connected >/sys/class/net/$ib_b/mode"
 	wait $flooders
-	echo 0 >$FS/probability
-	injected=$((times - $(cat $FS/times)))
-	echo 0 >$FS/times
-	echo N >$FS/ignore-gfp-wait
-	echo Y >$FS/task-filter
-	echo "$injected atomic allocations failed; $ib_a: rx_dropped $(ethtool_stat "$ib_a" rx_dropped)," \
-		"tx_dropped $(ethtool_stat "$ib_a" tx_dropped), connections made $(ethtool_stat "$ib_a" cm_tx_established)"
-	[ "$injected" -gt 0 ] && recovered && ping -c 2 -W 2 -s 8000 198.51.100.2
+	injected=$(storm_end)
+	drops=$(($(ethtool_stat "$ib_a" rx_dropped) + $(peer_stat rx_dropped) - drops0))
+	echo "$injected atomic allocations under $MODULE failed; received packets dropped: $drops;" \
+		"$ib_a: tx_dropped $(ethtool_stat "$ib_a" tx_dropped), connections made $(ethtool_stat "$ib_a" cm_tx_established)"
+	[ "$injected" -gt 0 ] && [ "$drops" -gt 0 ] && recovered && ping -c 2 -W 2 -s 8000 198.51.100.2
 }
 
 # ours_storm: allocations under our module's code fail at random (one in five, 100 in all)
 # while both sides switch modes and reconnect.
 ours_storm() {
-	local times=100 injected i start size lo hi
-	start=$(cat /sys/module/$MODULE/sections/.text) &&
-		size=$(awk -v m=$MODULE '$1 == m { print $2 }' /proc/modules) || return 1
-	# rxe is built in: its functions are one contiguous run of kernel text.
-	lo=$(grep -E ' [tT] rxe_' /proc/kallsyms | sort | head -n 1 | cut -d' ' -f1)
-	hi=$(grep -E ' [tT] rxe_' /proc/kallsyms | sort | tail -n 1 | cut -d' ' -f1)
-	[ -n "$lo" ] && [ -n "$hi" ] && [ -n "$size" ] || { echo "no symbols to filter on"; return 1; }
+	local injected i
 	echo connected >/sys/class/net/$ib_a/mode &&
 		ip netns exec "$NS" sh -c "echo connected >/sys/class/net/$ib_b/mode" &&
 		wait_for 30 ping -c 1 -W 1 198.51.100.2 || return 1
 	klog_mark
-	echo "$start" >$FS/require-start
-	printf '0x%x\n' $((start + size)) >$FS/require-end
-	echo "0x$lo" >$FS/reject-start
-	printf '0x%x\n' $((0x$hi + 4096)) >$FS/reject-end
-	echo 32 >$FS/stacktrace-depth
-	echo N >$FS/task-filter
-	echo N >$FS/ignore-gfp-wait
-	echo 1 >$FS/interval
-	echo $times >$FS/times
-	echo 20 >$FS/probability
+	filter_to_module 32 rxe || return 1
+	storm_start 100 20 N
 	# Every switch closes the connections of that side; the pings make new ones. Commands
 	# may fail here: only the outcome afterwards counts.
 	for i in $(seq 1 10); do
@@ -249,14 +282,7 @@ ours_storm() {
 		ping -c 2 -W 1 198.51.100.2 >/dev/null 2>&1
 		[ "$(cat $FS/times)" -gt 0 ] || break
 	done
-	echo 0 >$FS/probability
-	injected=$((times - $(cat $FS/times)))
-	echo 0 >$FS/times
-	echo 0 >$FS/require-start
-	echo 0xffffffffffffffff >$FS/require-end
-	echo 0 >$FS/reject-start
-	echo 0 >$FS/reject-end
-	echo Y >$FS/task-filter
+	injected=$(storm_end)
 	echo "$injected allocations under $MODULE failed; $ib_a: connections made" \
 		"$(ethtool_stat "$ib_a" cm_tx_established), failed $(ethtool_stat "$ib_a" cm_tx_failed)"
 	[ "$injected" -gt 0 ] && recovered
@@ -268,8 +294,13 @@ else
 	ipoib_skip "allocations under $MODULE's code failing while connections are made anew" \
 		"no stack-trace filter (CONFIG_FAULT_INJECTION_STACKTRACE_FILTER)"
 fi
-ipoib_check "one atomic allocation in twenty failing for 10 s under traffic both ways and a mode switch: recovers" \
-	atomic_storm
+if [ -e $FS/require-start ]; then
+	ipoib_check "one in ten atomic allocations under $MODULE's code failing for 10 s under traffic both ways and a mode switch: received packets dropped and counted, recovers" \
+		atomic_storm
+else
+	ipoib_skip "atomic allocations under $MODULE's code failing under traffic" \
+		"no stack-trace filter (CONFIG_FAULT_INJECTION_STACKTRACE_FILTER)"
+fi
 ip netns del "$NS" 2>/dev/null
 ipoib_check "module unloads" eval 'rmmod $MODULE && ! module_loaded'
 ipoib_check "a clean load afterwards creates both interfaces" eval '

@@ -8,7 +8,7 @@
 
 NS=ipoibpeer
 
-one_host_begin 13
+one_host_begin 14
 klog_mark
 start_mark=$KLOG_MARK
 # The driver ages its neighbours at the pace of the ARP table's collection: 1 s here.
@@ -112,13 +112,15 @@ ipoib_check "10 datagrams of an ethertype IPoIB does not carry: rx_dropped +10" 
 	counted_by rx_dropped 10 inject unknown
 ipoib_check "10 IPv4 datagrams of noise: passed up, refused by IPv4 (InHdrErrors +10)" \
 	counted_by in_hdr_errors 10 inject garbage
+# The Q_Key is the one the interface's UD queue pair holds (the broadcast group's): 10
+# datagrams with another are dropped before the driver, the 10 sent after them with the
+# group's Q_Key reach it and are counted (in order: the wrong ones came first).
 wrong_qkey() {
-	local errors dropped
-	errors=$(rx_errors) dropped=$(rx_dropped)
-	inject unknown 0x1234 && sleep 1 &&
-		[ "$(rx_errors)" = "$errors" ] && [ "$(rx_dropped)" = "$dropped" ]
+	local errors
+	errors=$(rx_errors)
+	counted_by rx_dropped 10 eval 'inject unknown 0x1234 && inject unknown' && [ "$(rx_errors)" = "$errors" ]
 }
-ipoib_check "10 datagrams with a wrong Q_Key never reach the driver" wrong_qkey
+ipoib_check "10 datagrams with a wrong Q_Key never reach the driver, 10 with the group's after them do" wrong_qkey
 ipoib_check "ping still answered after the bad input" ping -c 2 -W 2 198.51.100.2
 # In datagram mode unicast goes over UD through a neighbour's address handle.
 neigh_aged() {
@@ -131,6 +133,24 @@ neigh_aged() {
 	ping -c 1 -W 2 198.51.100.2 && [ "$(ethtool_stat "$ib_a" neighbours)" -ge 1 ]
 }
 ipoib_check "idle neighbours forgotten after two collection intervals, made again on use" neigh_aged
+# In connected mode a destination's connection goes with it once idle (C frees it with its
+# neighbour): closed by us, counted, made again by the next packet.
+tx_idle_closed() {
+	local closed
+	modes connected && wait_for 20 ping -c 1 -W 2 -s 3000 198.51.100.2 || return 1
+	closed=$(ethtool_stat "$ib_a" cm_tx_idle_closed)
+	echo "transmit connections: $(ethtool_stat "$ib_a" cm_tx_connections)"
+	[ "$(ethtool_stat "$ib_a" cm_tx_connections)" = 1 ] &&
+		wait_for 10 eval '[ "$(ethtool_stat "$ib_a" cm_tx_connections)" = 0 ]' || {
+		cat "/sys/kernel/debug/ipoib/${ib_a}_cm"
+		return 1
+	}
+	echo "idle: closed; cm_tx_idle_closed $closed -> $(ethtool_stat "$ib_a" cm_tx_idle_closed)"
+	[ $(($(ethtool_stat "$ib_a" cm_tx_idle_closed) - closed)) = 1 ] &&
+		ping -c 1 -W 2 -s 3000 198.51.100.2 && [ "$(ethtool_stat "$ib_a" cm_tx_connections)" = 1 ]
+}
+ipoib_check "connected mode: an idle destination's connection closed after two collection intervals (counted), made again on use" \
+	tx_idle_closed
 unload() {
 	rmmod "$MODULE" && ! module_loaded && ! ip -n "$NS" link show "$ib_b" 2>/dev/null
 }

@@ -36,7 +36,7 @@ ipoib_check "modprobe $MODULE" modprobe "$MODULE"
 mesh_ifaces() {
 	local i ifc
 	for i in $(seq 1 "$MESH_N"); do
-		ifc=$(dmesg | sed -n "s/.*$MODULE: mrxe$i port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1)
+		ifc=$(klog_since | sed -n "s/.*$MODULE: mrxe$i port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1)
 		[ -n "$ifc" ] || { echo "no interface logged for mrxe$i"; return 1; }
 		ip netns add "ms$i" && ip link set "$ifc" netns "ms$i" &&
 			ip -n "ms$i" link set "$ifc" name ib0 &&

@@ -102,7 +102,7 @@ second_refused() {
 		"child's cm_tx_failed $(ip netns exec "$NS_KID" ethtool -S "$kid" | awk '$1 == "cm_tx_failed:" { print $2 }')"
 	cat "$cm_file"
 	[ "$(ethtool_stat "$ib_a" cm_rx_rejected)" -gt "$before" ] && [ "$(rx_lines | wc -l)" = 1 ] &&
-		klog_since | grep -q "$MODULE: rxe0 port 1: connection request refused: 1 connections with rings of their own (max_nonsrq_conn_qp)"
+		klog_since | grep -q "$MODULE: $ib_a: connection request refused: 1 connections with rings of their own (max_nonsrq_conn_qp)"
 }
 ipoib_check "second peer refused while the first holds the one place (REJ no QP, counted, logged)" second_refused
 

@@ -113,7 +113,7 @@ silent_peer() {
 	[ "$sent" -le $((got + 16)) ] &&
 		[ "$fired" = 0 ] && [ "$reachable" = 0 ] && [ "$(ethtool_stat "$ib_a" cm_tx_stalled)" -ge 1 ] &&
 		klog_since | grep -q "$ib_a: transmit timeout: queue stopped with" &&
-		klog_since | grep -q "connection to .* stalled with [0-9]* sends in flight; closed"
+		klog_since | grep -q "$ib_a: connection to .* stalled with [0-9]* sends in flight; closed"
 }
 ipoib_check "peer silent under a UDP flood: transmit timeout, stalled connection closed, child still reachable, lost sends not counted as sent" \
 	silent_peer

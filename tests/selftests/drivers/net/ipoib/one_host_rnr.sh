@@ -42,12 +42,12 @@ stream_dry() {
 	sent=$(sha256sum </tmp/rnr.bin | cut -d' ' -f1)
 	failed0=$(($(ethtool_stat "$ib_a" cm_tx_failed) + $(ip netns exec "$NS_PEER" ethtool -S "$ib_b" | awk '$1 == "cm_tx_failed:" { print $2 }')))
 	# Stopped (SIGTERM) once both ends have their data: it prints what it saw then.
-	"$capture" veth0 100 >/tmp/rnr.cap &
+	"$capture" veth0 100 >/tmp/rnr.cap 2>/tmp/rnr.cap.err &
 	cap=$!
-	sleep 1
+	wait_for 10 grep -q "^capturing on" /tmp/rnr.cap.err || return 1
 	ip netns exec "$NS_PEER" timeout 90 nc -l -p 5003 </dev/null | sha256sum >/tmp/rnr.got0 &
 	timeout 90 nc -l -p 5004 </dev/null | sha256sum >/tmp/rnr.got1 &
-	sleep 1
+	wait_for 10 eval 'tcp_listening 5003 "$NS_PEER" && tcp_listening 5004' || return 1
 	echo 5 >"$RNR_EVERY" || return 1
 	timeout 80 cat /tmp/rnr.bin >/dev/tcp/$PEER/5003 &
 	ip netns exec "$NS_PEER" timeout 80 bash -c "cat /tmp/rnr.bin >/dev/tcp/$OURS/5004" &

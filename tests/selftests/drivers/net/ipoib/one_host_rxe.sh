@@ -21,7 +21,7 @@ ipoib_check "one host: RoCE v2 GIDs for both addresses (rxe0 $g0, rxe1 $g1)" \
 rc_pingpong() {
 	ibv_rc_pingpong -d rxe0 -g "$g0" -n 100 -s 4096 >/tmp/pp-server.log 2>&1 &
 	local server=$!
-	sleep 1
+	wait_for 10 tcp_listening 18515 || { cat /tmp/pp-server.log; kill "$server"; return 1; }
 	ibv_rc_pingpong -d rxe1 -g "$g1" -n 100 -s 4096 127.0.0.1 >/tmp/pp-client.log 2>&1
 	local rc=$?
 	wait "$server" || rc=1

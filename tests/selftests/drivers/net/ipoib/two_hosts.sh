@@ -19,6 +19,7 @@ klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+two_hosts_meet
 ipoib_check "$role: peer $peer answers ping" wait_for 60 ping -c 1 -W 1 "$peer"
 gidx=$(gid_index rxe0 "$IPOIB_LOCAL_IP")
 

@@ -8,6 +8,7 @@
 DATA_PORT=5002
 RELOAD_PORT=5003
 MCAST_PORT=5004
+STALE_PORT=5008
 
 ktap_print_header
 if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
@@ -20,6 +21,7 @@ klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+two_hosts_meet
 ipoib_check "$role: peer $peer answers ping" wait_for 60 ping -c 1 -W 1 "$peer"
 ipoib_check "$role: modprobe $MODULE" modprobe "$MODULE"
 
@@ -212,15 +214,22 @@ else
 	ipoib_check "$role: iperf3 with 8 parallel streams over ib0" iperf3_parallel
 	runs_done
 fi
+# stream_moving: ib0 sends another MiB within 20 s (a stream started in the background runs).
+stream_moving() {
+	local tx0
+	tx0=$(cat /sys/class/net/ib0/statistics/tx_bytes)
+	wait_for $((20 * SLOW)) eval '[ $(($(cat /sys/class/net/ib0/statistics/tx_bytes) - tx0)) -gt 1048576 ]' ||
+		{ echo "no stream on ib0"; return 1; }
+}
 # Mode switches both ways while a TCP stream runs: the stream ends (survives or resets),
 # the MTU follows the mode, and large pings work again afterwards.
 switch_under_load() {
 	local m=/sys/class/net/ib0/mode pid
 	timeout 60 netperf -H "$ib_peer" -t TCP_STREAM -l 8 -P 0 -- -m 65536 >/tmp/switch.log 2>&1 &
 	pid=$!
-	sleep 2
+	stream_moving || return 1
 	echo datagram >$m && [ "$(cat /sys/class/net/ib0/mtu)" = 1020 ] || return 1
-	sleep 2
+	stream_moving || return 1
 	echo connected >$m && [ "$(cat /sys/class/net/ib0/mtu)" = 65520 ] || return 1
 	wait "$pid"
 	echo "netperf during the switches exited with $?: $(tail -n 1 /tmp/switch.log)"
@@ -239,7 +248,7 @@ if [ "$role" = client ]; then
 		local pid n
 		timeout 120 netperf -H "$ib_peer" -t TCP_STREAM -l 20 -P 0 -- -m 65536 >/tmp/reload.log 2>&1 &
 		pid=$!
-		sleep 2
+		stream_moving || return 1
 		wait_for 30 eval 'echo go >/dev/tcp/$peer/$RELOAD_PORT' || return 1
 		wait "$pid"
 		echo "netperf across the reload exited with $?: $(tail -n 1 /tmp/reload.log)"
@@ -271,22 +280,28 @@ fi
 if [ "$role" = client ]; then
 	stale_closed() {
 		local n
-		sleep 8
+		wait_for $((30 * SLOW)) eval '[ "$(rc_qp_count)" = 1 ]'
 		n=$(rc_qp_count)
 		rdma res show qp type RC
-		echo "$n RC queue pairs of $MODULE after 8 s idle"
+		echo "$n RC queue pairs of $MODULE once idle"
+		# The server counts its queue pairs before the next packet makes new ones.
+		wait_peer "$STALE_PORT" 60 || { echo "the server did not finish its count"; return 1; }
 		[ "$n" = 1 ] && wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer" && [ "$(rc_qp_count)" = 2 ]
 	}
 	ipoib_check "$role: the peer closed our idle connection; the next packet reconnects" stale_closed
 else
 	stale_logged() {
+		local rc=1
 		echo "cm_stale_secs=$(cat /sys/module/$MODULE/parameters/cm_stale_secs)"
-		wait_for 90 eval 'dmesg | grep "idle receive connection(s) closed"' || return 1
 		# Destroyed as soon as its queue pair reports its last receive (the fallback
 		# without that report waits 5 s); our transmit connection stays.
-		wait_for 2 eval '[ "$(rc_qp_count)" = 1 ]' || return 1
-		echo "ethtool: cm_rx_stale_closed $(ethtool_stat ib0 cm_rx_stale_closed), cm_rx_drained $(ethtool_stat ib0 cm_rx_drained)"
-		[ "$(ethtool_stat ib0 cm_rx_stale_closed)" -ge 1 ] && [ "$(ethtool_stat ib0 cm_rx_drained)" -ge 1 ]
+		wait_for 90 eval 'klog_since | grep "ib0: [0-9]* idle receive connection(s) closed"' &&
+			wait_for 2 eval '[ "$(rc_qp_count)" = 1 ]' && rc=0
+		echo "$(rc_qp_count) RC queue pairs; ethtool: cm_rx_stale_closed $(ethtool_stat ib0 cm_rx_stale_closed)," \
+			"cm_rx_drained $(ethtool_stat ib0 cm_rx_drained)"
+		tell_peer "$STALE_PORT"
+		[ "$rc" = 0 ] && [ "$(ethtool_stat ib0 cm_rx_stale_closed)" -ge 1 ] &&
+			[ "$(ethtool_stat ib0 cm_rx_drained)" -ge 1 ]
 	}
 	ipoib_check "$role: idle receive connection closed after cm_stale_secs=3, destroyed once drained" stale_logged
 fi

@@ -11,6 +11,8 @@
 ktap_print_header
 two_hosts_roles
 ktap_set_plan 27
+ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
+two_hosts_meet
 trap 'opensm_stop' EXIT
 klog_mark
 start_mark=$KLOG_MARK

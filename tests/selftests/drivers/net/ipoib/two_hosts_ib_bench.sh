@@ -31,6 +31,8 @@ two_hosts_roles IPOIB_BENCH_RUNS "a benchmark: scripts/bench.sh --vs-c runs it"
 plan=$((2 + RUNS * 6))
 [ -n "$PROFILE_SECS" ] && plan=$((plan + 4))
 ktap_set_plan "$plan"
+ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
+two_hosts_meet
 trap 'opensm_stop' EXIT
 klog_mark
 START_MARK=$KLOG_MARK START_FIRST=$KLOG_FIRST

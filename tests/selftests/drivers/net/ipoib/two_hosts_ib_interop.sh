@@ -16,6 +16,8 @@
 ktap_print_header
 two_hosts_roles
 ktap_set_plan 41
+ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
+two_hosts_meet
 trap 'opensm_stop' EXIT
 klog_mark
 
@@ -31,7 +33,11 @@ my_qpn() { qpn_of "$(cat /sys/class/net/ib0/address)"; }
 peer_qpn() { qpn_of "$(ip neigh show dev ib0 "$ib_peer" | awk '{ print $3 }')"; }
 RNR_EVERY=/sys/module/rdma_rxe/parameters/test_rnr_every
 # capture SECONDS FILE: ib_capture on eth0 in the background (CAPTURE_PID).
-capture() { ./ib_capture eth0 "$1" >"$2" 2>&1 & CAPTURE_PID=$!; sleep 1; }
+capture() {
+	./ib_capture eth0 "$1" >"$2" 2>&1 &
+	CAPTURE_PID=$!
+	wait_for 10 grep -q "^capturing on" "$2"
+}
 # captured FILE: waits for the capture (in this shell: its child) and prints FILE.
 captured() { wait "$CAPTURE_PID"; cat "$1"; }
 # nonzero TEST OPTIONS LABEL: netperf TEST to the peer's ib0 gives a figure above 0.
@@ -62,7 +68,7 @@ round() {
 		[ "$drv" = c ] && return 0
 		# Ours says what the SA's broadcast group gave it.
 		klog_since | grep "joined broadcast group" &&
-			klog_since | grep -Eq "joined broadcast group ff12:401b:ffff:0:0:0:ffff:ffff \(MLID 0xc[0-9a-f]{3}, Q_Key 0xb1b, MTU 1024\)"
+			klog_since | grep -Eq "ib0: joined broadcast group ff12:401b:ffff:0:0:0:ffff:ffff \(MLID 0xc[0-9a-f]{3}, Q_Key 0xb1b, MTU 1024\)"
 	}
 	ipoib_check "$who: ib0 up, carrier once the broadcast group is joined, MTU 1020 from it" up
 	both_at $((base + 1))

@@ -14,6 +14,8 @@ ktap_print_header
 two_hosts_roles
 # The client runs one check more: a hand-made connection to the server's interface.
 ktap_set_plan $([ "$role" = client ] && echo 22 || echo 21)
+ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
+two_hosts_meet
 trap 'opensm_stop' EXIT
 klog_mark
 start_mark=$KLOG_MARK
@@ -180,7 +182,7 @@ if [ "$role" = server ]; then
 fi
 later_pkey() {
 	wait_for 90 carrier ib0.8002 || { cat /sys/class/infiniband/$IB_DEV/ports/1/pkeys/[0-3]; return 1; }
-	klog_since | grep "P_Key 0x8002 now at index" || return 1
+	klog_since | grep "ib0.8002: P_Key 0x8002 now at index" || return 1
 	wait_for 10 eval '[ "$(cat /sys/class/net/ib0.8002/mtu)" = 508 ]'
 	echo "ib0.8002 MTU $(cat /sys/class/net/ib0.8002/mtu)"
 	[ "$(cat /sys/class/net/ib0.8002/mtu)" = 508 ]

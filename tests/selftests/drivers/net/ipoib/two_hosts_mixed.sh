@@ -20,11 +20,12 @@ case "$role" in
 server) ib_local=198.51.100.1 ib_peer=198.51.100.2 ib6_local=2001:db8:2::1 ib6_peer=2001:db8:2::2 ;;
 *) ib_local=198.51.100.2 ib_peer=198.51.100.1 ib6_local=2001:db8:2::2 ib6_peer=2001:db8:2::1 ;;
 esac
-ktap_set_plan $([ "$role" = server ] && echo 11 || echo 12)
+ktap_set_plan 12
 klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+two_hosts_meet
 ipoib_check "$role: peer $peer answers ping" wait_for 60 ping -c 1 -W 1 "$peer"
 jumbo() {
 	ip link set eth0 mtu 9000 &&
@@ -46,6 +47,16 @@ if [ "$role" = server ]; then
 			! echo connected >$m 2>/dev/null && ! ip link set ib0 mtu 4093 2>/dev/null
 	}
 	ipoib_check "$role: datagram only: flags 0x00, mode datagram, connected mode refused" datagram_only
+	# A child asked for in connected mode is made, then refused its mode: deleted again.
+	child_refused() {
+		local out lines
+		lines=$(klog_since | grep -c "ib0.k: connected mode not supported")
+		out=$(ip link add link ib0 name ib0.k type ipoib mode connected 2>&1) && return 1
+		echo "mode connected: $out"
+		! ip link show ib0.k 2>/dev/null &&
+			[ "$(klog_since | grep -c "ib0.k: connected mode not supported")" = $((lines + 1)) ]
+	}
+	ipoib_check "$role: ip link add ... type ipoib mode connected refused, the child not left behind" child_refused
 else
 	ipoib_check "$role: modprobe $MODULE" modprobe "$MODULE"
 	cm_65520() {

@@ -22,6 +22,7 @@ if ! command -v perf >/dev/null; then
 fi
 ktap_set_plan 5
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+two_hosts_meet
 
 # rxe_pkts: RoCE packets rxe0 sent and received so far.
 rxe_pkts() {

@@ -22,6 +22,7 @@ klog_mark
 start_mark=$KLOG_MARK
 
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
+two_hosts_meet
 ib0_up() {
 	echo connected >/sys/class/net/ib0/mode &&
 		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
