@@ -69,7 +69,7 @@ gone() {
 	after=$(kernel_kib)
 	echo "slab and vmalloc after: $after KiB (baseline $base)"
 	if kasan_kernel && [ -e "$KMEMLEAK" ]; then
-		echo "KASAN's quarantine holds freed memory: kmemleak judges"
+		echo "freed memory waits in the address sanitizer's quarantine: kmemleak judges"
 		kmemleak_none
 		return
 	fi
