@@ -236,11 +236,15 @@ impl<I: ChildInterface> Children<I> {
         );
         let made = (interface.clone(), dev.device().into());
         // Debugging aids only: the interface works without them.
-        let debug = DebugFiles::new(&maker.debug_root, dev.device().name(), interface.clone())
-            .unwrap_or_else(|e| {
-                pr_info!("{}: no debugfs files ({:?})\n", dev.device().name(), e);
-                None
-            });
+        let debug = DebugFiles::new(
+            &maker.debug_root,
+            dev.device().name().as_c_str(),
+            interface.clone(),
+        )
+        .unwrap_or_else(|e| {
+            pr_info!("{}: no debugfs files ({:?})\n", dev.device().name(), e);
+            None
+        });
         let child = Child {
             pkey: full,
             legacy,

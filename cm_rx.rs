@@ -205,7 +205,7 @@ impl RxTable {
     pub(crate) fn complete_recv(
         &self,
         shared: &CmShared,
-        wc: &WorkCompletion,
+        wc: &mut WorkCompletion,
     ) -> Option<ScatterBuffer> {
         match &shared.srq {
             Some(srq) => srq.complete_recv(wc),

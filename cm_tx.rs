@@ -451,7 +451,7 @@ impl TxConnection {
                 loop {
                     let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
                     let n = link.cq.poll(&mut wcs).unwrap_or(0);
-                    for wc in &wcs[..n] {
+                    for wc in &mut wcs[..n] {
                         let sent = link.qp.complete_send(wc);
                         crate::params::ipoib_dbg_cm_data!(
                             "{}: send completion on QPN 0x{:06x}, status {:?}\n",

@@ -26,7 +26,9 @@ use crate::{
     path::{PathResolver, Paths, GID_INDEX},
     send_credits::SendCredits,
     stats::{bump, now_ms, Counters, Gauges},
-    wire::{self, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HWADDR_LEN},
+    wire::{
+        self, EncapHeader, EtherType, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HARD_HEADER_LEN, HWADDR_LEN,
+    },
 };
 use core::{
     fmt::{self, Write},
@@ -36,7 +38,7 @@ use kernel::{
     net::{
         dev::{McAddrs, NetDevice},
         ethtool::{Coalesce, DrvInfo},
-        napi::{Napi, NapiHandle},
+        napi::{Budget, Napi, NapiHandle, Polled},
         rtnl::{Rtnl, RtnlGuard},
         skb::SkBuff,
     },
@@ -496,26 +498,42 @@ impl Interface {
 
     /// Sends `skb`, which starts with the pseudo header (destination hardware address) and
     /// the encapsulation header that `header_create` pushed: the transmit decision. Unicast
-    /// to a peer that offers connected mode goes over its connection while the interface
-    /// is in connected mode; everything else goes as a datagram, through its destination's
-    /// address handle, which the packet waits for in `paths` while the resolve work item
-    /// makes it.
+    /// carries the protocols C carries only; IP and TIPC to a peer that offers connected
+    /// mode go over its connection while the interface is in connected mode; everything
+    /// else goes as a datagram (ARP too, as in C: an answer must not wait for a
+    /// connection), through its destination's address handle, which the packet waits for
+    /// in `paths` while the resolve work item makes it.
     pub(crate) fn xmit(this: ArcBorrow<'_, Self>, skb: SkBuff, dev: &NetDevice) {
         let c = &this.counters;
-        let mut hdr = [0u8; HWADDR_LEN];
+        let mut hdr = [0u8; HARD_HEADER_LEN];
         // Without its partition the queue pair is not ready (and the carrier off).
         if !this.has_partition() || skb.copy_bits(0, &mut hdr).is_err() {
             bump(&c.tx_dropped, 1);
             return;
         }
-        let Ok(dest) = HwAddr::from_bytes(&hdr) else {
+        let (addr, encap) = hdr.split_at(HWADDR_LEN);
+        let (Ok(dest), Ok((encap, _))) = (HwAddr::from_bytes(addr), EncapHeader::parse(encap))
+        else {
             bump(&c.tx_dropped, 1);
             return;
         };
-        if !dest.is_multicast() && dest.connected_mode() && this.connected() {
-            if let Some(cm) = &this.cm {
-                ConnectedMode::xmit(cm.as_arc_borrow(), skb, &dest, dev);
-                return;
+        if !dest.is_multicast() {
+            match encap.protocol() {
+                None => {
+                    bump(&c.tx_dropped, 1);
+                    return;
+                }
+                Some(EtherType::Arp | EtherType::Rarp) => {}
+                Some(_) => {
+                    if let Some(cm) = this
+                        .cm
+                        .as_ref()
+                        .filter(|_| dest.connected_mode() && this.connected())
+                    {
+                        ConnectedMode::xmit(cm.as_arc_borrow(), skb, &dest, dev);
+                        return;
+                    }
+                }
             }
         }
         let bcast = if dest.gid() == this.broadcast.gid() {
@@ -614,9 +632,9 @@ impl Interface {
     }
 
     /// NAPI: handles up to `budget` receives and all send completions, sends the held
-    /// packets whose handles now exist and what waits on connections; returns the receives
-    /// done.
-    pub(crate) fn poll(&self, napi: &Napi, budget: u32) -> u32 {
+    /// packets whose handles now exist and what waits on connections; completes the round
+    /// unless the budget was used up.
+    pub(crate) fn poll(&self, napi: &Napi, budget: Budget<'_>) -> Polled {
         let dev = napi.device();
         // Send completions free their packets, return credits and restart a stopped queue.
         self.ud.poll_sends();
@@ -626,24 +644,31 @@ impl Interface {
             None => false,
         };
         self.credits.wake_if_room(dev);
-        let done = self.ud.poll_recvs(napi, budget, |wc| {
+        let done = self.ud.poll_recvs(napi, budget.get(), |wc| {
             // Not the UD queue pair's: a receive connection's.
             if let Some(cm) = &self.cm {
                 cm.receive(wc, napi);
             }
         });
-        if done < budget && napi.complete_done(done) {
-            again |= self.ud.rearm();
+        let polled = if done < budget.get() {
+            let (polled, completed) = budget.complete(done);
+            if completed {
+                again |= self.ud.rearm();
+            } else {
+                again = false;
+            }
+            polled
         } else {
             again = false;
-        }
+            budget.exhausted()
+        };
         if again {
             napi.schedule_again();
         }
         if self.ud.take_recovery_due() {
             UdDatapath::schedule_recovery(self.ud.as_arc_borrow());
         }
-        done
+        polled
     }
 
     /// Switches between datagram and connected mode, as a write to the `mode` file asks.
@@ -686,7 +711,7 @@ impl Interface {
             }
         }
         let local = self.local();
-        if dev.dev_addr() != local.as_bytes() {
+        if *dev.dev_addr() != local.as_bytes()[..] {
             match dev.set_address(&rtnl, local.as_bytes()) {
                 Ok(()) => pr_info!(
                     "{}: address {} (the port's GID changed)\n",

@@ -329,11 +329,15 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
         }
     );
     // Debugging aids only: the interface works without them.
-    let debug = DebugFiles::new(&ctx.debug_root, netdev.device().name(), interface.clone())
-        .unwrap_or_else(|e| {
-            pr_info!("{}: no debugfs files ({:?})\n", netdev.device().name(), e);
-            None
-        });
+    let debug = DebugFiles::new(
+        &ctx.debug_root,
+        netdev.device().name().as_c_str(),
+        interface.clone(),
+    )
+    .unwrap_or_else(|e| {
+        pr_info!("{}: no debugfs files ({:?})\n", netdev.device().name(), e);
+        None
+    });
     Ok(IpoibPort {
         port,
         interface,

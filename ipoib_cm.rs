@@ -260,7 +260,7 @@ impl ConnectedMode {
 
     /// Hands up the message of a receive completion `wc` if a receive connection's queue
     /// pair made it (from NAPI, for completions the UD queue pair does not own).
-    pub(crate) fn receive(&self, wc: &WorkCompletion, napi: &Napi) {
+    pub(crate) fn receive(&self, wc: &mut WorkCompletion, napi: &Napi) {
         if let Some(buf) = self.rx.complete_recv(&self.shared, wc) {
             self.rx.receive(&self.shared, wc, buf, napi);
         }

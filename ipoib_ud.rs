@@ -335,7 +335,7 @@ impl UdDatapath {
         loop {
             let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
             let n = self.send_cq.poll(&mut wcs).unwrap_or(0);
-            for wc in &wcs[..n] {
+            for wc in &mut wcs[..n] {
                 if let Some(sent) = self.qp.complete_send(wc) {
                     crate::params::ipoib_dbg_data!(
                         "{}: send completion, status {:?}\n",
@@ -376,14 +376,14 @@ impl UdDatapath {
         &self,
         napi: &Napi,
         budget: u32,
-        mut other: impl FnMut(&WorkCompletion),
+        mut other: impl FnMut(&mut WorkCompletion),
     ) -> u32 {
         let mut done = 0u32;
         while done < budget {
             let want = (budget - done).min(POLL_BATCH as u32) as usize;
             let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
             let n = self.recv_cq.poll(&mut wcs[..want]).unwrap_or(0);
-            for wc in &wcs[..n] {
+            for wc in &mut wcs[..n] {
                 let Some(buf) = self.qp.complete_recv(wc) else {
                     other(wc);
                     continue;

@@ -38,7 +38,8 @@ impl LogName {
     /// Takes the name `dev` has now.
     pub(crate) fn update(&self, dev: &NetDevice) {
         let mut bytes = [0u8; NAME_LEN];
-        let name = dev.name().as_bytes();
+        let name = dev.name();
+        let name = name.as_bytes();
         let len = name.len().min(NAME_LEN - 1);
         bytes[..len].copy_from_slice(&name[..len]);
         let (low, high) = bytes.split_at(8);

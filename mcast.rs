@@ -48,8 +48,6 @@ use kernel::{
     sync::{Arc, Mutex, SpinLockBh},
 };
 
-/// Groups joined at most; further ones are not joined (their count is logged).
-const MAX_GROUPS: usize = 64;
 /// Groups sent to without joining them fully, at most (InfiniBand).
 const MAX_SEND_ONLY: usize = 32;
 
@@ -81,8 +79,8 @@ impl Joined {
 
 /// The groups the multicast list asks for.
 struct Wanted {
-    groups: [Gid; MAX_GROUPS],
-    len: usize,
+    /// As many as the list holds (C has no limit either).
+    groups: KVec<Gid>,
     /// Whether joins happen (the interface is up).
     open: bool,
 }
@@ -92,28 +90,24 @@ struct Wanted {
 struct McastGroups {
     #[pin]
     wanted: SpinLockBh<Wanted>,
-    /// Joined groups by slot, changed in process context only.
+    /// Joined groups by slot, changed in process context only; emptied slots are reused,
+    /// and the slots freed once all are empty.
     #[pin]
     joined: Mutex<KVec<Option<Joined>>>,
 }
 
 impl McastGroups {
-    fn new() -> Result<impl PinInit<Self>> {
-        let mut slots = KVec::with_capacity(MAX_GROUPS, GFP_KERNEL)?;
-        for _ in 0..MAX_GROUPS {
-            slots.push(None, GFP_KERNEL)?;
-        }
-        Ok(pin_init!(Self {
+    fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
             wanted <- new_spinlock_bh!(
                 Wanted {
-                    groups: [Gid::default(); MAX_GROUPS],
-                    len: 0,
+                    groups: KVec::new(),
                     open: false,
                 },
                 "McastGroups::wanted"
             ),
-            joined <- new_mutex!(slots, "McastGroups::joined"),
-        }))
+            joined <- new_mutex!(KVec::new(), "McastGroups::joined"),
+        })
     }
 
     /// Calls `f` with each joined group and when it was joined (process context); groups
@@ -140,28 +134,36 @@ impl McastGroups {
 
     /// Records the groups the multicast list now asks for (atomic context) and, if they
     /// changed while the interface is up, calls `schedule` (under the lock, so that
-    /// [`McastGroups::close`] cannot miss it). Returns how many groups did not fit.
-    fn set_wanted(&self, groups: impl Iterator<Item = Gid>, schedule: impl FnOnce()) -> usize {
-        let mut fresh = [Gid::default(); MAX_GROUPS];
-        let mut len = 0;
-        let mut excess = 0;
-        for g in groups {
-            match fresh.get_mut(len) {
-                Some(slot) => {
-                    *slot = g;
-                    len += 1;
-                }
-                None => excess += 1,
-            }
-        }
+    /// [`McastGroups::close`] cannot miss it).
+    fn set_wanted(&self, fresh: KVec<Gid>, schedule: impl FnOnce()) {
         let mut wanted = self.wanted.lock();
-        let changed = wanted.groups[..wanted.len] != fresh[..len];
-        wanted.groups = fresh;
-        wanted.len = len;
+        let changed = wanted.groups[..] != fresh[..];
+        let old = core::mem::replace(&mut wanted.groups, fresh);
         if changed && wanted.open {
             schedule();
         }
-        excess
+        drop(wanted);
+        drop(old);
+    }
+
+    /// A sorted copy of the wanted groups, none while the interface is down (process
+    /// context: the copy is allocated outside the lock, to the size last seen).
+    fn wanted_sorted(&self) -> Result<KVec<Gid>> {
+        loop {
+            let seen = self.wanted.lock().groups.len();
+            let mut copy = KVec::with_capacity(seen, GFP_KERNEL)?;
+            let wanted = self.wanted.lock();
+            if !wanted.open {
+                return Ok(KVec::new());
+            }
+            if wanted.groups.len() <= copy.capacity() {
+                // Within the capacity: no allocation under the lock.
+                copy.extend_from_slice(&wanted.groups, GFP_NOWAIT)?;
+                drop(wanted);
+                copy.sort_unstable();
+                return Ok(copy);
+            }
+        }
     }
 
     /// Lets joins happen (the interface comes up).
@@ -177,48 +179,57 @@ impl McastGroups {
 
     /// Brings the joined groups in line with the wanted ones (process context): leaves the
     /// groups no longer wanted with `leave`, joins new ones with `join`. Returns how many
-    /// joins failed.
-    fn sync(&self, join: impl Fn(&Gid) -> Result<Joined>, leave: impl Fn(Joined)) -> usize {
-        let (groups, len) = {
-            let w = self.wanted.lock();
-            (w.groups, if w.open { w.len } else { 0 })
-        };
-        let wanted = &groups[..len];
+    /// joins failed, or the error that kept the list from being read.
+    fn sync(&self, join: impl Fn(&Gid) -> Result<Joined>, leave: impl Fn(Joined)) -> Result<usize> {
+        let wanted = self.wanted_sorted()?;
         let mut joined = self.joined.lock();
+        let mut have = KVec::with_capacity(joined.len(), GFP_KERNEL)?;
         for slot in joined.iter_mut() {
-            if slot.as_ref().is_some_and(|j| !wanted.contains(&j.mgid)) {
-                if let Some(j) = slot.take() {
-                    leave(j);
-                }
-            }
-        }
-        let mut failed = 0;
-        for g in wanted {
-            if joined.iter().flatten().any(|j| j.mgid == *g) {
-                continue;
-            }
-            let Some(slot) = joined.iter_mut().find(|s| s.is_none()) else {
-                failed += 1;
+            let Some(j) = slot.as_ref() else {
                 continue;
             };
-            match join(g) {
-                Ok(j) => *slot = Some(j),
-                Err(_) => failed += 1,
+            if wanted.binary_search(&j.mgid).is_ok() {
+                have.push(j.mgid, GFP_KERNEL)?;
+            } else if let Some(j) = slot.take() {
+                leave(j);
             }
         }
-        failed
+        if joined.iter().all(Option::is_none) {
+            *joined = KVec::new();
+        }
+        have.sort_unstable();
+        let mut failed = 0;
+        let mut free = 0;
+        for g in wanted.iter() {
+            if have.binary_search(g).is_ok() {
+                continue;
+            }
+            // The first empty slot from `free` on (slots before it are taken), or a new one.
+            free += joined.iter().skip(free).take_while(|s| s.is_some()).count();
+            if free == joined.len() && joined.push(None, GFP_KERNEL).is_err() {
+                failed += 1;
+                continue;
+            }
+            match (join(g), joined.get_mut(free)) {
+                (Ok(j), Some(slot)) => *slot = Some(j),
+                (Ok(j), None) => leave(j),
+                (Err(_), _) => failed += 1,
+            }
+        }
+        Ok(failed)
     }
 
     /// Leaves every group (the interface goes down, or the fabric changed) with `leave`;
     /// forgets the wanted ones if `forget`.
     fn leave_all(&self, leave: impl Fn(Joined), forget: bool) {
-        for slot in self.joined.lock().iter_mut() {
-            if let Some(j) = slot.take() {
-                leave(j);
-            }
+        let mut joined = self.joined.lock();
+        for j in core::mem::take(&mut *joined).into_iter().flatten() {
+            leave(j);
         }
+        drop(joined);
         if forget {
-            self.wanted.lock().len = 0;
+            let old = core::mem::take(&mut self.wanted.lock().groups);
+            drop(old);
         }
     }
 }
@@ -289,6 +300,8 @@ pub(crate) struct Multicast {
     log_name: Arc<LogName>,
     /// The broadcast group (its GID carries the interface's P_Key).
     broadcast: Gid,
+    /// Its hardware address, which the groups of the list must resemble.
+    broadcast_addr: HwAddr,
     /// The address handle broadcasts are sent through; on InfiniBand only once joined.
     #[pin]
     bcast_ah: SpinLockBh<Option<Arc<AddressHandle>>>,
@@ -343,15 +356,16 @@ impl Multicast {
             let ah = AddressHandle::new(pd, &AhAttr::from_mcmember(device, port, &record)?)?;
             (member, Some(ah))
         };
-        let groups = McastGroups::new()?;
+        let broadcast_addr = *broadcast;
         Ok(pin_init!(Self {
             log_name,
             broadcast: mgid,
+            broadcast_addr,
             bcast_ah <- new_spinlock_bh!(bcast_ah, "Multicast::bcast_ah"),
             _bcast_member: member,
             bcast_joined_ms: core::sync::atomic::AtomicI64::new(now_ms()),
             sa,
-            groups <- groups,
+            groups <- McastGroups::new(),
             sa_groups <- new_mutex!(
                 SaGroups {
                     broadcast: None,
@@ -402,37 +416,36 @@ impl Multicast {
     /// Takes the multicast list of `dev` in (atomic context): its groups are joined and left
     /// by [`Multicast::sync`], from the work item `schedule` queues if the list changed while
     /// the interface is up. The broadcast group is always joined.
+    /// Addresses of other partitions or scopes, and not IPoIB groups, are left out, as C
+    /// leaves them out.
     pub(crate) fn take_list(&self, dev: &NetDevice, mc: &McAddrs<'_>, schedule: impl FnOnce()) {
-        let mut groups = [Gid::default(); MAX_GROUPS + 1];
-        let mut n = 0;
-        let mut extra = 0;
-        mc.for_each(|addr| {
-            let Ok(a) = HwAddr::from_bytes(addr) else {
-                return;
-            };
-            if a.gid() == self.broadcast || !a.is_multicast() {
-                return;
-            }
-            match groups.get_mut(n) {
-                Some(slot) => {
-                    *slot = a.gid();
-                    n += 1;
+        let mut groups = KVec::new();
+        let mut unkept = 0usize;
+        if groups.reserve(mc.len(), GFP_ATOMIC).is_err() {
+            unkept = mc.len();
+        } else {
+            mc.for_each(|addr| {
+                let Ok(a) = HwAddr::from_bytes(addr) else {
+                    return;
+                };
+                if a.gid() != self.broadcast
+                    && a.is_group_of(&self.broadcast_addr)
+                    && groups.push(a.gid(), GFP_ATOMIC).is_err()
+                {
+                    unkept += 1;
                 }
-                None => extra += 1,
-            }
-        });
-        let excess = self
-            .groups
-            .set_wanted(groups[..n].iter().copied(), schedule)
-            + extra;
-        if excess > 0 {
-            pr_warn!(
-                "{}: {} multicast groups beyond {} not joined\n",
-                dev.name(),
-                excess,
-                MAX_GROUPS
-            );
+            });
         }
+        if unkept > 0 {
+            // As C, which skips a group it has no memory for: the next change retries.
+            pr_warn!(
+                "{}: {} multicast groups not joined: out of memory\n",
+                dev.name(),
+                unkept
+            );
+            return;
+        }
+        self.groups.set_wanted(groups, schedule);
     }
 
     /// Lets joins happen (the interface comes up).
@@ -579,7 +592,7 @@ impl Multicast {
         umcast: bool,
         report: &mut SyncReport,
     ) {
-        self.groups.sync(
+        let synced = self.groups.sync(
             |mgid| {
                 if umcast
                     && McMemberRecord::local_group(&sa.sa.device, sa.sa.port, &rdma_gid(mgid))
@@ -601,6 +614,9 @@ impl Multicast {
                 }
             },
         );
+        if let Err(e) = synced {
+            pr_warn!("{}: multicast list not synced ({e:?})\n", self.log_name);
+        }
         self.groups.for_each_sa(|g| {
             let rec = sa
                 .record(g.mgid(), JoinState::FullMember)
@@ -720,7 +736,7 @@ impl Multicast {
                 return;
             }
         };
-        let failed = self.groups.sync(
+        let synced = self.groups.sync(
             |mgid| {
                 qp.attach_mcast(&rdma_gid(mgid), 0)?;
                 match Ipv6McMembership::join(&ndev, &mgid.0) {
@@ -747,8 +763,10 @@ impl Multicast {
                 );
             },
         );
-        if failed > 0 {
-            pr_warn!("{}: {} multicast joins failed\n", self.log_name, failed);
+        match synced {
+            Ok(0) => {}
+            Ok(failed) => pr_warn!("{}: {} multicast joins failed\n", self.log_name, failed),
+            Err(e) => pr_warn!("{}: multicast list not synced ({e:?})\n", self.log_name),
         }
     }
 

@@ -19,9 +19,9 @@ use kernel::{
         dev_attr::{Attribute, AttributeText},
         ethtool::{Coalesce, DrvInfo, LinkSettings},
         link::{attr_size, LinkAttributes, LinkInfo, NewLink},
-        napi::{Napi, NapiHandle},
+        napi::{Budget, Napi, NapiHandle, Polled},
         rtnl::{restart_syscall, Rtnl, RtnlGuard},
-        skb::SkBuff,
+        skb::{Lent, SkBuff},
     },
     prelude::*,
     sync::{Arc, ArcBorrow},
@@ -174,7 +174,7 @@ impl Operations for IpoibNetdev {
     }
 
     fn header_create(
-        skb: &mut SkBuff,
+        skb: &mut SkBuff<Lent<'_>>,
         _dev: &NetDevice,
         ethertype: u16,
         daddr: Option<&[u8]>,
@@ -204,8 +204,8 @@ impl Operations for IpoibNetdev {
         _dev: &NetDevice,
         iface: ArcBorrow<'_, Interface>,
         napi: &Napi,
-        budget: u32,
-    ) -> u32 {
+        budget: Budget<'_>,
+    ) -> Polled {
         iface.poll(napi, budget)
     }
 
@@ -233,7 +233,7 @@ impl Operations for IpoibNetdev {
     }
 
     fn set_coalesce(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, wanted: Coalesce) -> Result {
-        iface.set_coalesce(wanted, dev.name())
+        iface.set_coalesce(wanted, dev.name().as_c_str())
     }
 
     const ETHTOOL_STATS: &'static [&'static CStr] = stats::ETHTOOL_STATS;

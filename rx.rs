@@ -20,9 +20,10 @@ const COPY_MAX: usize = 2048;
 /// the rest is copied into page fragments, so that only order-0 allocations are needed.
 const HEAD_LEN: usize = 256;
 
-/// Passes `msg` (the 4-byte IPoIB header, then the payload) up as a packet of `pkt_type`.
-/// A message shorter than the header is counted as an error; one whose protocol IPoIB does
-/// not carry, or that finds memory short, as dropped.
+/// Passes `msg` (the 4-byte IPoIB header, then the payload) up as a packet of `pkt_type`,
+/// whatever its ethertype (as C: a packet socket may want it; the stack drops and counts
+/// what nobody takes). A message shorter than the header is counted as an error; one that
+/// finds memory short, as dropped.
 pub(crate) fn deliver(msg: &[u8], pkt_type: PacketType, napi: &Napi, c: &Counters) {
     let linear = if msg.len() <= COPY_MAX {
         msg.len()
@@ -52,10 +53,6 @@ pub(crate) fn deliver_with(
         bump(&c.rx_errors, 1);
         return;
     };
-    if header.protocol().is_none() {
-        bump(&c.rx_dropped, 1);
-        return;
-    }
     match build(head, header.ethertype, pkt_type, napi, rest) {
         Ok(skb) => {
             bump(&c.rx_packets, 1);

@@ -52,7 +52,7 @@ pub enum WireError {
 }
 
 /// A 128-bit global identifier: subnet prefix then interface ID, big-endian.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {
@@ -143,6 +143,14 @@ impl HwAddr {
     /// Whether this addresses a multicast group.
     pub fn is_multicast(&self) -> bool {
         self.qpn() == MULTICAST_QPN && self.gid().is_multicast()
+    }
+
+    /// Whether this addresses a group an interface with broadcast address `broadcast`
+    /// joins from its multicast list, as C filters the list: the same flags, QPN, GID
+    /// prefix, flags and scope, and partition as the broadcast group, and an IPoIB
+    /// signature (IPv4's 0x401b or IPv6's 0x601b, which differ in their first byte only).
+    pub fn is_group_of(&self, broadcast: &HwAddr) -> bool {
+        self.0[..6] == broadcast.0[..6] && self.0[7..10] == broadcast.0[7..10]
     }
 }
 

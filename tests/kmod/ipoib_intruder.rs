@@ -106,8 +106,8 @@ fn send(at: &Attacker<'_>, qp: &QueuePair, bytes: &[u8]) -> Result<WcStatus> {
     let mut buf = DmaBuffer::new(at.device, bytes.len(), DmaDirection::ToDevice, GFP_KERNEL)?;
     buf.as_mut_slice().copy_from_slice(bytes);
     qp.post_send(buf, bytes.len()).map_err(|(e, _)| e)?;
-    let wc = wait(at.send_cq, 10000).ok_or(EAGAIN)?;
-    qp.complete_send(&wc).ok_or(EINVAL)?;
+    let mut wc = wait(at.send_cq, 10000).ok_or(EAGAIN)?;
+    qp.complete_send(&mut wc).ok_or(EINVAL)?;
     Ok(wc.status())
 }
 

@@ -15,8 +15,8 @@ use kernel::{
     c_str,
     net::{
         dev::{self, NetDevice, Operations, Registration, Setup, Stats64, TxResult},
-        napi::{Napi, NapiHandle},
-        skb::SkBuff,
+        napi::{Budget, Napi, NapiHandle, Polled},
+        skb::{Lent, SkBuff},
     },
     new_spinlock_bh,
     prelude::*,
@@ -84,7 +84,7 @@ impl Operations for TestDevice {
     }
 
     fn header_create(
-        skb: &mut SkBuff,
+        skb: &mut SkBuff<Lent<'_>>,
         _dev: &NetDevice,
         _ethertype: u16,
         _daddr: Option<&[u8]>,
@@ -113,11 +113,16 @@ impl Operations for TestDevice {
         TxResult::Ok
     }
 
-    fn napi_poll(_dev: &NetDevice, data: ArcBorrow<'_, Counters>, napi: &Napi, budget: u32) -> u32 {
+    fn napi_poll(
+        _dev: &NetDevice,
+        data: ArcBorrow<'_, Counters>,
+        napi: &Napi,
+        budget: Budget<'_>,
+    ) -> Polled {
         let batch = core::mem::take(&mut *data.backlog.lock());
         let mut done = 0;
         for mut skb in batch {
-            if done == budget {
+            if done == budget.get() {
                 // Over budget: keep the rest for the next round (the backlog is bounded).
                 if data.backlog.lock().push(skb, GFP_ATOMIC).is_err() {
                     data.tx_dropped.fetch_add(1, Ordering::Relaxed);
@@ -131,10 +136,11 @@ impl Operations for TestDevice {
             napi.gro_receive(skb);
             done += 1;
         }
-        if done < budget {
-            napi.complete_done(done);
+        if done < budget.get() {
+            budget.complete(done).0
+        } else {
+            budget.exhausted()
         }
-        done
     }
 
     fn change_mtu(dev: &NetDevice, _data: ArcBorrow<'_, Counters>, new_mtu: u32) -> Result {

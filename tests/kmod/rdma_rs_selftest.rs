@@ -264,8 +264,8 @@ impl Endpoint {
         self.qp
             .post_send_ud(buf, PAYLOAD_LEN, ah, to, qkey)
             .map_err(|(e, _)| e)?;
-        let wc = wait(&self.send_cq, 2000).ok_or(EAGAIN)?;
-        let Some(Sent::Buffer(buf)) = self.qp.complete_send(&wc) else {
+        let mut wc = wait(&self.send_cq, 2000).ok_or(EAGAIN)?;
+        let Some(Sent::Buffer(buf)) = self.qp.complete_send(&mut wc) else {
             return Err(EINVAL);
         };
         if wc.status() != WcStatus::Success || buf.len() != PAYLOAD_LEN {
@@ -359,8 +359,8 @@ impl Report {
 }
 
 fn receive_one(rx: &Endpoint, from_qpn: u32, fill: u8) -> Result {
-    let wc = wait(&rx.recv_cq, 2000).ok_or(EAGAIN)?;
-    let buf = rx.qp.complete_recv(&wc).ok_or(EINVAL)?;
+    let mut wc = wait(&rx.recv_cq, 2000).ok_or(EAGAIN)?;
+    let buf = rx.qp.complete_recv(&mut wc).ok_or(EINVAL)?;
     if wc.status() != WcStatus::Success || wc.opcode() != WcOpcode::Recv {
         pr_info!(
             "# receive status {:?} opcode {:?}\n",
@@ -386,6 +386,47 @@ fn receive_one(rx: &Endpoint, from_qpn: u32, fill: u8) -> Result {
         return Err(EINVAL);
     }
     rx.post_recvs(1)
+}
+
+/// A receive completion, once its buffer is taken back, names no request any more: were it
+/// completed again after the ring reposted its slot, it would take a buffer the device
+/// still owns.
+fn used_up(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
+    a.send(ah, b.qp.qp_num(), QKEY, 8)?;
+    let mut wc = wait(&b.recv_cq, 2000).ok_or(EAGAIN)?;
+    let first = b.qp.complete_recv(&mut wc).ok_or(EINVAL)?;
+    let again = b.qp.complete_recv(&mut wc);
+    b.post_recvs(1)?;
+    drop(first);
+    if again.is_some() || wc.wr_id() != 0 {
+        pr_info!("# completed twice, or its id kept ({:#x})\n", wc.wr_id());
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+/// The core would link the objects of two devices; the abstraction refuses them.
+fn mixed_devices(a: &Endpoint, b: &Endpoint) -> Result {
+    let caps = QpCaps {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+    };
+    let mixed = QueuePair::new(
+        QpType::Ud,
+        &a.pd,
+        a.send_cq.clone(),
+        b.recv_cq.clone(),
+        None,
+        caps,
+        OWNER,
+    );
+    match mixed {
+        Err(e) if e == EINVAL => Ok(()),
+        Err(e) => Err(e),
+        Ok(_) => Err(EEXIST),
+    }
 }
 
 /// The IPoIB broadcast group of P_Key 0xffff.
@@ -415,8 +456,8 @@ fn multicast(a: &Endpoint, b: &Endpoint) -> Result {
     a.send(&ah, MULTICAST_QPN, QKEY, 23)?;
     match wait(&b.recv_cq, 500) {
         None => Ok(()),
-        Some(wc) => {
-            let _ = b.qp.complete_recv(&wc);
+        Some(mut wc) => {
+            let _ = b.qp.complete_recv(&mut wc);
             pr_info!("# received after leaving the group\n");
             Err(EEXIST)
         }
@@ -660,11 +701,11 @@ fn send_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
         *b = fill.wrapping_add((i / 7) as u8);
     }
     end.qp.post_send(buf, RC_MSG).map_err(|(e, _)| e)?;
-    let wc = wait(&ep.send_cq, 5000).ok_or_else(|| {
+    let mut wc = wait(&ep.send_cq, 5000).ok_or_else(|| {
         pr_info!("# no RC send completion on {}\n", ep.device.name());
         EAGAIN
     })?;
-    end.qp.complete_send(&wc).ok_or(EINVAL)?;
+    end.qp.complete_send(&mut wc).ok_or(EINVAL)?;
     if wc.status() != WcStatus::Success {
         pr_info!("# RC send status {:?}\n", wc.status());
         return Err(EIO);
@@ -673,13 +714,13 @@ fn send_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
 }
 
 fn recv_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
-    let wc = wait(&ep.recv_cq, 5000).ok_or_else(|| {
+    let mut wc = wait(&ep.recv_cq, 5000).ok_or_else(|| {
         pr_info!("# no RC receive completion on {}\n", ep.device.name());
         EAGAIN
     })?;
     let buf = match &end.srq {
-        Some(srq) => srq.complete_recv(&wc),
-        None => end.qp.complete_recv(&wc),
+        Some(srq) => srq.complete_recv(&mut wc),
+        None => end.qp.complete_recv(&mut wc),
     }
     .ok_or(EINVAL)?;
     if wc.status() != WcStatus::Success || wc.byte_len() as usize != RC_MSG {
@@ -899,14 +940,22 @@ fn run(report: &mut Report) -> Result {
         "received with the payload, length and source QPN",
         receive_one(&b, a.qp.qp_num(), 7),
     );
+    report.check(
+        "a completion taken back is used up: completing it again takes nothing",
+        used_up(&a, &b, &ah),
+    );
+    report.check(
+        "a queue pair on one device's PD with another device's completion queue refused (EINVAL)",
+        mixed_devices(&a, &b),
+    );
 
     // A datagram with another Q_Key must be dropped by the receiver.
     let wrong =
         a.send(&ah, b.qp.qp_num(), QKEY + 1, 9)
             .and_then(|()| match wait(&b.recv_cq, 500) {
                 None => Ok(()),
-                Some(wc) => {
-                    let _ = b.qp.complete_recv(&wc);
+                Some(mut wc) => {
+                    let _ = b.qp.complete_recv(&mut wc);
                     Err(EEXIST)
                 }
             });
@@ -933,8 +982,8 @@ fn run(report: &mut Report) -> Result {
     // Moving the receiver to the error state flushes every posted buffer back to us.
     let flushed = b.qp.set_error().and_then(|()| {
         let mut n = 0;
-        while let Some(wc) = wait(&b.recv_cq, 500) {
-            if wc.status() != WcStatus::Flushed || b.qp.complete_recv(&wc).is_none() {
+        while let Some(mut wc) = wait(&b.recv_cq, 500) {
+            if wc.status() != WcStatus::Flushed || b.qp.complete_recv(&mut wc).is_none() {
                 return Err(EIO);
             }
             n += 1;

@@ -183,18 +183,18 @@ impl PathHandler for PathAnswer {
 fn receive(
     cq: &CompletionQueue<Waiter>,
     header: u32,
-    mut repost: impl FnMut(&WorkCompletion) -> Result,
+    mut repost: impl FnMut(&mut WorkCompletion) -> Result,
 ) -> Result<Tally> {
-    let first = wait(cq, FIRST_MS).ok_or(EAGAIN)?;
-    repost(&first)?;
+    let mut first = wait(cq, FIRST_MS).ok_or(EAGAIN)?;
+    repost(&mut first)?;
     if first.status() != WcStatus::Success {
         return Err(EIO);
     }
     let start = Ktime::ktime_get();
     let mut last = start;
     let mut bytes = 0u64;
-    while let Some(wc) = wait(cq, IDLE_MS) {
-        repost(&wc)?;
+    while let Some(mut wc) = wait(cq, IDLE_MS) {
+        repost(&mut wc)?;
         if wc.status() != WcStatus::Success {
             break;
         }
@@ -215,7 +215,7 @@ fn send(
     len: usize,
     secs: u32,
     post: impl Fn(DmaBuffer) -> Result,
-    complete: impl Fn(&WorkCompletion) -> Option<Sent>,
+    complete: impl Fn(&mut WorkCompletion) -> Option<Sent>,
 ) -> Result<Tally> {
     let start = Ktime::ktime_get();
     for _ in 0..SEND_DEPTH {
@@ -226,8 +226,8 @@ fn send(
     let mut last = start;
     let until = i64::from(secs) * 1000;
     while in_flight > 0 {
-        let wc = wait(&host.send_cq, 10_000).ok_or(EAGAIN)?;
-        let sent = complete(&wc).ok_or(EINVAL)?;
+        let mut wc = wait(&host.send_cq, 10_000).ok_or(EAGAIN)?;
+        let sent = complete(&mut wc).ok_or(EINVAL)?;
         in_flight -= 1;
         if wc.status() != WcStatus::Success {
             pr_info!("# stream: send status {:?}\n", wc.status());

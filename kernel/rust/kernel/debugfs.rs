@@ -22,11 +22,27 @@ use crate::{
 use core::{fmt, ptr::NonNull};
 
 /// A debugfs directory; removed, with anything left in it, when the last reference goes.
+/// A directory keeps its parent, so that removing the parent cannot free its dentry first.
+///
+/// ```
+/// use kernel::{c_str, debugfs::Dir};
+///
+/// let parent = Dir::new(c_str!("rust_doctest_debugfs"), None)?;
+/// let child = Dir::new(c_str!("child"), Some(&parent))?;
+/// // The parent's last reference is the child's now: both go with the child, child first.
+/// drop(parent);
+/// drop(child);
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///
-/// `0` is a dentry made by `debugfs_create_dir` and removed only in `drop`.
-pub struct Dir(NonNull<bindings::dentry>);
+/// `dentry` is a dentry made by `debugfs_create_dir` in `_parent` (at the root if `None`)
+/// and removed only in `drop`.
+pub struct Dir {
+    dentry: NonNull<bindings::dentry>,
+    _parent: Option<Arc<Dir>>,
+}
 
 // SAFETY: debugfs dentries may be used and removed from any thread.
 unsafe impl Send for Dir {}
@@ -36,21 +52,29 @@ unsafe impl Sync for Dir {}
 impl Dir {
     /// Creates the directory `name` at the root of debugfs, or in `parent`. Fails with
     /// `ENODEV` when debugfs is not available.
-    pub fn new(name: &CStr, parent: Option<&Dir>) -> Result<Arc<Self>> {
-        let parent = parent.map_or(core::ptr::null_mut(), |p| p.0.as_ptr());
-        // SAFETY: `name` is NUL-terminated; `parent` is null or a live directory of ours.
+    pub fn new(name: &CStr, parent: Option<&Arc<Dir>>) -> Result<Arc<Self>> {
+        let raw_parent = parent.map_or(core::ptr::null_mut(), |p| p.dentry.as_ptr());
+        // SAFETY: `name` is NUL-terminated; `raw_parent` is null or a live directory of
+        // ours.
         let dentry =
-            from_err_ptr(unsafe { bindings::debugfs_create_dir(name.as_char_ptr(), parent) })?;
+            from_err_ptr(unsafe { bindings::debugfs_create_dir(name.as_char_ptr(), raw_parent) })?;
         let dentry = NonNull::new(dentry).ok_or(crate::error::code::ENOMEM)?;
-        // INVARIANT: made just above.
-        Ok(Arc::new(Self(dentry), GFP_KERNEL)?)
+        // INVARIANT: made just above in `parent`, which is kept.
+        Ok(Arc::new(
+            Self {
+                dentry,
+                _parent: parent.cloned(),
+            },
+            GFP_KERNEL,
+        )?)
     }
 }
 
 impl Drop for Dir {
     fn drop(&mut self) {
-        // SAFETY: By the type invariant the dentry is ours and removed only here.
-        unsafe { bindings::debugfs_remove(self.0.as_ptr()) };
+        // SAFETY: By the type invariant the dentry is ours and removed only here, before
+        // the parent it holds.
+        unsafe { bindings::debugfs_remove(self.dentry.as_ptr()) };
     }
 }
 
@@ -126,7 +150,7 @@ impl<T: Show> File<T> {
             bindings::debugfs_create_file(
                 name.as_char_ptr(),
                 0o400,
-                dir.0.as_ptr(),
+                dir.dentry.as_ptr(),
                 (&*entry as *const Entry).cast_mut().cast(),
                 &FOPS.0,
             )

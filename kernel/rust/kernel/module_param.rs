@@ -11,7 +11,7 @@
 //! runs, so reading them needs no lock. A [`WritableParam`] root may also change at run time
 //! (mode 0644) by writing its sysfs file; it is an atomic, read anywhere.
 
-use crate::{bindings, error::to_result, ffi::c_char};
+use crate::{bindings, error::to_result, ffi::c_char, str::CStr};
 use core::{
     cell::UnsafeCell,
     sync::atomic::{AtomicU32, Ordering},
@@ -123,13 +123,13 @@ unsafe impl Sync for KernelParam {}
 
 impl KernelParam {
     const fn new(
-        name: &'static [u8],
+        name: &'static CStr,
         ops: *const bindings::kernel_param_ops,
         arg: *mut core::ffi::c_void,
         perm: u16,
     ) -> Self {
         Self(bindings::kernel_param {
-            name: name.as_ptr().cast(),
+            name: name.as_char_ptr(),
             // Without a module, writes are serialised by the kernel's global parameter lock;
             // our own parameters are atomics anyway.
             mod_: core::ptr::null_mut(),
@@ -141,8 +141,8 @@ impl KernelParam {
         })
     }
 
-    /// A `bool` parameter named `name` (NUL-terminated), stored in `value`.
-    pub const fn new_bool(name: &'static [u8], value: &'static ModuleParam<bool>) -> Self {
+    /// A `bool` parameter named `name`, stored in `value`.
+    pub const fn new_bool(name: &'static CStr, value: &'static ModuleParam<bool>) -> Self {
         // `param_ops_bool` parses "0/1/y/n/Y/N" into a C `bool`, which `bool` matches.
         Self::new(
             name,
@@ -152,8 +152,8 @@ impl KernelParam {
         )
     }
 
-    /// A `u32` parameter named `name` (NUL-terminated), stored in `value`.
-    pub const fn new_u32(name: &'static [u8], value: &'static ModuleParam<u32>) -> Self {
+    /// A `u32` parameter named `name`, stored in `value`.
+    pub const fn new_u32(name: &'static CStr, value: &'static ModuleParam<u32>) -> Self {
         // `param_ops_uint` parses into a C `unsigned int`, which `u32` matches.
         Self::new(
             name,
@@ -163,9 +163,9 @@ impl KernelParam {
         )
     }
 
-    /// A `u32` parameter named `name` (NUL-terminated), stored in `value`, which root may
-    /// change at run time.
-    pub const fn new_u32_writable(name: &'static [u8], value: &'static WritableParam) -> Self {
+    /// A `u32` parameter named `name`, stored in `value`, which root may change at run
+    /// time.
+    pub const fn new_u32_writable(name: &'static CStr, value: &'static WritableParam) -> Self {
         Self::new(
             name,
             &raw const WRITABLE_U32_OPS,
@@ -216,13 +216,13 @@ macro_rules! module_param {
         const _: () = {
             // Loadable modules name their parameters plainly, built-in code prefixes them.
             #[cfg(MODULE)]
-            const NAME: &str = concat!($name, "\0");
+            const NAME: &$crate::str::CStr = $crate::c_str!($name);
             #[cfg(not(MODULE))]
-            const NAME: &str = concat!($module, ".", $name, "\0");
+            const NAME: &$crate::str::CStr = $crate::c_str!(concat!($module, ".", $name));
             #[link_section = "__param"]
             #[used(compiler)]
             static PARAM: $crate::module_param::KernelParam =
-                $crate::module_param::KernelParam::$ctor(NAME.as_bytes(), &$static);
+                $crate::module_param::KernelParam::$ctor(NAME, &$static);
 
             #[cfg(MODULE)]
             const TYPE: &str = concat!("parmtype=", $name, ":", $cty, "\0");

@@ -11,6 +11,12 @@
 //!
 //! C headers: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
 
+/// Seals the traits through which queue pairs take C objects: only this crate's types,
+/// which hold valid objects, implement them.
+mod private {
+    pub trait Sealed {}
+}
+
 pub mod ah;
 pub mod client;
 pub mod cm;

@@ -133,3 +133,33 @@ fn multicast_mac_of_the_broadcast_group() {
     ]);
     assert_eq!(multicast_mac(&g), [0x33, 0x33, 0xe0, 0, 0, 1]);
 }
+
+#[test]
+fn multicast_list_keeps_the_groups_c_keeps() {
+    let bcast = HwAddr::broadcast(0x8001);
+    let group = |gid: [u8; 16]| HwAddr::new(0, MULTICAST_QPN, Gid(gid)).unwrap();
+    // IPv4 (0x401b) and IPv6 (0x601b) groups of the partition, link-local scope.
+    let v4 = [
+        0xff, 0x12, 0x40, 0x1b, 0x80, 0x01, 0, 0, 0, 0, 0, 0, 0xe0, 0, 0, 0xfb,
+    ];
+    let v6 = [
+        0xff, 0x12, 0x60, 0x1b, 0x80, 0x01, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 1,
+    ];
+    assert!(group(v4).is_group_of(&bcast));
+    assert!(group(v6).is_group_of(&bcast));
+    assert!(bcast.is_group_of(&bcast));
+    // Another partition, scope or signature, a unicast QPN or flags: left out.
+    let mut other_pkey = v4;
+    other_pkey[5] = 0x02;
+    let mut site_scope = v4;
+    site_scope[1] = 0x15;
+    let mut not_ipoib = v4;
+    not_ipoib[3] = 0x1c;
+    for gid in [other_pkey, site_scope, not_ipoib] {
+        assert!(!group(gid).is_group_of(&bcast));
+    }
+    assert!(!HwAddr::new(0, 0x12, Gid(v4)).unwrap().is_group_of(&bcast));
+    assert!(!HwAddr::new(FLAG_CONNECTED_MODE, MULTICAST_QPN, Gid(v4))
+        .unwrap()
+        .is_group_of(&bcast));
+}

@@ -8,9 +8,9 @@ use super::{
     dev_attr::{Attribute, AttributeTable, AttributeText},
     ethtool::{Coalesce, DrvInfo, EthtoolAdapter, LinkSettings},
     link::{LinkAttributes, LinkInfo, LinkKind, NewLink},
-    napi::{Napi, NapiHandle},
+    napi::{Budget, Napi, NapiHandle, Polled},
     rtnl::{Rtnl, RtnlGuard},
-    skb::SkBuff,
+    skb::{Lent, SkBuff},
 };
 use crate::{
     bindings, build_error,
@@ -54,11 +54,20 @@ impl NetDevice {
         self.0.get()
     }
 
-    /// The interface name, e.g. `ib0`.
-    pub fn name(&self) -> &CStr {
-        // SAFETY: `name` is a NUL-terminated array inside the valid device; the core changes it
-        // only under RTNL with the device down, as the C drivers that print it assume.
-        unsafe { CStr::from_char_ptr((*self.as_raw()).name.as_ptr()) }
+    /// The interface name, e.g. `ib0`, as it is now: a copy, since RTNL may rename the
+    /// device while we hold it.
+    pub fn name(&self) -> IfName {
+        let mut name = [0u8; IFNAMSIZ];
+        // SAFETY: The device is valid, so is its `name` array.
+        let src = unsafe { core::ptr::addr_of!((*self.as_raw()).name) }.cast::<u8>();
+        // The last byte stays 0: the copy is NUL-terminated whatever is read.
+        for (i, byte) in name.iter_mut().enumerate().take(IFNAMSIZ - 1) {
+            // SAFETY: `i` is within the array; each byte is read once, as `READ_ONCE`
+            // reads it, since a rename may write it meanwhile (C's readers race the same
+            // way: the name may then be torn, never unterminated).
+            *byte = unsafe { core::ptr::read_volatile(src.add(i)) };
+        }
+        IfName(name)
     }
 
     /// Changes the MTU as `ip link set NAME mtu MTU` does: checked against the device's range
@@ -100,14 +109,22 @@ impl NetDevice {
         unsafe { core::ptr::read_volatile(&(*self.as_raw()).ifindex) }
     }
 
-    /// The hardware address (`dev_addr`), `addr_len` bytes.
-    pub fn dev_addr(&self) -> &[u8] {
-        // SAFETY: The device is valid; `dev_addr` points to `addr_len` bytes owned by the
-        // device, replaced only under RTNL.
-        unsafe {
-            let dev = self.as_raw();
-            core::slice::from_raw_parts((*dev).dev_addr, usize::from((*dev).addr_len))
+    /// The hardware address (`dev_addr`, `addr_len` bytes) as it is now: a copy, since
+    /// RTNL may change it while we hold the device.
+    pub fn dev_addr(&self) -> DevAddr {
+        let mut addr = DevAddr {
+            bytes: [0; MAX_ADDR_LEN],
+            len: self.addr_len().min(MAX_ADDR_LEN),
+        };
+        // SAFETY: The device is valid; `dev_addr` points to the `MAX_ADDR_LEN` bytes of its
+        // address list entry, which the device keeps while it exists.
+        let src = unsafe { (*self.as_raw()).dev_addr };
+        for (i, byte) in addr.bytes.iter_mut().enumerate().take(addr.len) {
+            // SAFETY: `i` is below `MAX_ADDR_LEN`; each byte is read once, as `READ_ONCE`
+            // reads it, since `dev_addr_set` may write it meanwhile.
+            *byte = unsafe { core::ptr::read_volatile(src.add(i)) };
         }
+        addr
     }
 
     /// The length of the device's hardware addresses.
@@ -404,20 +421,79 @@ impl Stats64 {
     }
 }
 
+const IFNAMSIZ: usize = bindings::IFNAMSIZ as usize;
+const MAX_ADDR_LEN: usize = bindings::MAX_ADDR_LEN as usize;
+
+/// A copy of a device's name ([`NetDevice::name`]).
+#[derive(Clone, Copy)]
+pub struct IfName([u8; IFNAMSIZ]);
+
+impl IfName {
+    /// The name's bytes, without the NUL.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.as_c_str().as_bytes()
+    }
+
+    /// The name as a C string.
+    pub fn as_c_str(&self) -> &CStr {
+        // The last byte is 0, so there is a first NUL.
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(IFNAMSIZ - 1);
+        CStr::from_bytes_with_nul(&self.0[..=len]).unwrap_or(crate::c_str!(""))
+    }
+}
+
+impl core::fmt::Display for IfName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(self.as_c_str(), f)
+    }
+}
+
+/// A copy of a device's hardware address ([`NetDevice::dev_addr`]).
+#[derive(Clone, Copy)]
+pub struct DevAddr {
+    bytes: [u8; MAX_ADDR_LEN],
+    len: usize,
+}
+
+impl core::ops::Deref for DevAddr {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or(&[])
+    }
+}
+
 /// The multicast hardware addresses of a device (`dev->mc`), readable while the core holds
 /// the device's address lock, as in [`Operations::set_rx_mode`].
+///
+/// # Invariants
+///
+/// The address list of `dev` is locked (`netif_addr_lock`) for `'a`.
 pub struct McAddrs<'a> {
     dev: &'a NetDevice,
 }
 
 impl McAddrs<'_> {
+    /// How many addresses the list holds (`netdev_mc_count`).
+    pub fn len(&self) -> usize {
+        // SAFETY: The list is locked for our lifetime (type invariant), so its count is
+        // stable and may be read.
+        let count = unsafe { (*self.dev.as_raw()).mc.count };
+        usize::try_from(count).unwrap_or(0)
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Calls `f` with each address (`addr_len` bytes each).
     pub fn for_each(&self, mut f: impl FnMut(&[u8])) {
         let raw = self.dev.as_raw();
         let len = self.dev.addr_len();
-        // SAFETY: The address list is locked for our lifetime (type invariant of the
-        // callback that made us); its nodes are `netdev_hw_addr` entries linked by `list`,
-        // each holding at least `addr_len` address bytes.
+        // SAFETY: The address list is locked for our lifetime (type invariant); its nodes
+        // are `netdev_hw_addr` entries linked by `list`, each holding at least `addr_len`
+        // address bytes.
         unsafe {
             let head = core::ptr::addr_of_mut!((*raw).mc.list);
             let mut node = (*head).next;
@@ -486,9 +562,11 @@ pub trait Operations: Sized + 'static {
 
     /// Builds the link-layer header of an outgoing packet (`header_ops->create`): pushes it in
     /// front of `skb`'s data for protocol `ethertype` to `daddr` (the destination hardware
-    /// address, `None` when the stack has none) and returns its length.
+    /// address, `None` when the stack has none) and returns its length. `dev` may be another
+    /// driver's device that took over our header operations (a bond of our devices), so
+    /// this gets no data of ours.
     fn header_create(
-        _skb: &mut SkBuff,
+        _skb: &mut SkBuff<Lent<'_>>,
         _dev: &NetDevice,
         _ethertype: u16,
         _daddr: Option<&[u8]>,
@@ -498,19 +576,19 @@ pub trait Operations: Sized + 'static {
 
     /// Fills in the source hardware address of a received packet (`header_ops->parse`) and
     /// returns its length.
-    fn header_parse(_skb: &SkBuff, _dev: &NetDevice, _haddr: &mut [u8]) -> Result<u32> {
+    fn header_parse(_skb: &SkBuff<Lent<'_>>, _dev: &NetDevice, _haddr: &mut [u8]) -> Result<u32> {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
     /// Polls for received packets and completions in softirq context, handling at most
-    /// `budget` packets; returns how many it handled. Below `budget`, it must call
-    /// [`Napi::complete_done`]. Only runs while the interface is up.
+    /// `budget.get()` packets, and ends the round through `budget`: all of it used, or the
+    /// context completed. Only runs while the interface is up.
     fn napi_poll(
         _dev: &NetDevice,
         _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
         _napi: &Napi,
-        _budget: u32,
-    ) -> u32 {
+        _budget: Budget<'_>,
+    ) -> Polled {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
@@ -722,8 +800,9 @@ impl<T: Operations> Adapter<T> {
 
     /// # Safety
     ///
-    /// Called by the networking core only, for a device of ours, with an skb it owns and
-    /// lends us for the call; `daddr` is null or points to `addr_len` bytes.
+    /// Called by the networking core only, for a device of ours or one that copied our
+    /// header operations (bonding does: only its generic fields are read), with an skb it
+    /// owns and lends us alone for the call; `daddr` is null or points to `addr_len` bytes.
     unsafe extern "C" fn header_create_callback(
         skb: *mut bindings::sk_buff,
         dev: *mut bindings::net_device,
@@ -738,9 +817,8 @@ impl<T: Operations> Adapter<T> {
             // SAFETY: A non-null `daddr` points to `addr_len` bytes for the call.
             unsafe { core::slice::from_raw_parts(daddr.cast::<u8>(), ndev.addr_len()) }
         });
-        // SAFETY: The core lends us the skb for the call: wrap it without taking ownership
-        // (`ManuallyDrop`), so it is neither freed nor consumed here.
-        let mut skb = core::mem::ManuallyDrop::new(unsafe { SkBuff::from_raw(skb) });
+        // SAFETY: The core lends us the skb, for our use alone, for the call.
+        let mut skb = unsafe { SkBuff::lent(skb) };
         match T::header_create(&mut skb, ndev, ty, daddr) {
             Ok(len) => c_int::try_from(len).unwrap_or(c_int::MAX),
             Err(e) => e.to_errno(),
@@ -749,18 +827,20 @@ impl<T: Operations> Adapter<T> {
 
     /// # Safety
     ///
-    /// Called by the networking core only, for a device of ours, with a valid skb lent for
-    /// the call and `haddr` pointing to `MAX_ADDR_LEN` writable bytes.
+    /// Called by the networking core only, for a device of ours or one that copied our
+    /// header operations, with a valid skb lent for the call, which nobody changes
+    /// meanwhile, and `haddr` pointing to `MAX_ADDR_LEN` writable bytes.
     unsafe extern "C" fn header_parse_callback(
         skb: *const bindings::sk_buff,
         dev: *const bindings::net_device,
         haddr: *mut crate::ffi::c_uchar,
     ) -> c_int {
-        // SAFETY: As documented above; the skb is only read.
+        // SAFETY: As documented above; only shared access to the lent skb is given out, so
+        // it is only read.
         let (ndev, skb, haddr) = unsafe {
             (
                 NetDevice::from_raw(dev.cast_mut()),
-                core::mem::ManuallyDrop::new(SkBuff::from_raw(skb.cast_mut())),
+                SkBuff::lent(skb.cast_mut()),
                 core::slice::from_raw_parts_mut(haddr, bindings::MAX_ADDR_LEN as usize),
             )
         };
@@ -826,8 +906,10 @@ impl<T: Operations> Adapter<T> {
     ) -> c_int {
         // SAFETY: The context is being polled: its device is registered and ours.
         let (napi, data) = unsafe { (Napi::from_raw(napi), Self::data((*napi).dev)) };
-        let budget = u32::try_from(budget).unwrap_or(0);
-        let done = T::napi_poll(napi.device(), data, napi, budget).min(budget);
+        let limit = u32::try_from(budget).unwrap_or(0);
+        // SAFETY: `napi` is being polled in this round, of budget `limit`.
+        let budget = unsafe { Budget::new(napi, limit) };
+        let done = T::napi_poll(napi.device(), data, napi, budget).work_done();
         c_int::try_from(done).unwrap_or(0)
     }
 
@@ -892,6 +974,7 @@ impl<T: Operations> Adapter<T> {
         // SAFETY: The core passes a valid registered device of ours, with its address lists
         // locked for the call.
         let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+        // INVARIANT: The core holds the address lock for the whole call.
         let mc = McAddrs { dev: ndev };
         T::set_rx_mode(ndev, data, &mc);
     }

@@ -8,8 +8,14 @@
 //! [`super::dev::Operations::napi_poll`] gets one NAPI context. The registration enables it
 //! before `open` and disables it after `stop`, so the poll function only runs while the
 //! interface is up. [`NapiHandle`]s schedule it from anywhere (a completion interrupt, for
-//! example); scheduling a disabled or deleted context does nothing, and a handle keeps the
-//! context's memory alive, so a handle that outlives the device is harmless.
+//! example); scheduling a context not yet added, disabled or deleted does nothing, and a
+//! handle keeps the context's memory alive, so a handle that outlives the device is
+//! harmless.
+//!
+//! A poll round ends in one of two ways, and its [`Budget`] is consumed by the one taken:
+//! the whole budget used (the core polls again), or fewer packets and the context completed.
+//! A round cannot do both, which would leave the core polling a context no longer
+//! scheduled.
 
 use super::{dev::NetDevice, skb::SkBuff};
 use crate::{bindings, prelude::*, sync::Arc, types::Opaque};
@@ -34,10 +40,15 @@ unsafe impl Send for NapiBlock {}
 unsafe impl Sync for NapiBlock {}
 
 impl NapiBlock {
-    /// An unattached context: zeroed, as `netif_napi_add_weight` expects.
+    /// An unattached context: zeroed, as `netif_napi_add_weight` expects, but marked
+    /// scheduled, as a disabled context is, so that scheduling it before it is added does
+    /// nothing (its poll function is still unset).
     pub(crate) fn new() -> Result<Arc<Self>> {
         // SAFETY: An all-zero `napi_struct` is what the C drivers embed before adding it.
-        let napi = Opaque::new(unsafe { core::mem::zeroed::<bindings::napi_struct>() });
+        let mut raw = unsafe { core::mem::zeroed::<bindings::napi_struct>() };
+        // `netif_napi_add_weight` sets this bit too; `napi_enable` clears it.
+        raw.state = 1 << bindings::NAPI_STATE_SCHED;
+        let napi = Opaque::new(raw);
         Ok(Arc::new(
             Self {
                 napi,
@@ -58,7 +69,16 @@ impl NapiBlock {
 pub struct NapiHandle(pub(crate) Arc<NapiBlock>);
 
 impl NapiHandle {
-    /// A NAPI context for one device, to pass to [`super::dev::Registration::new`].
+    /// A NAPI context for one device, to pass to [`super::dev::Registration::new`]. Until
+    /// the registration enables it, scheduling it does nothing:
+    ///
+    /// ```
+    /// use kernel::net::napi::NapiHandle;
+    ///
+    /// let napi = NapiHandle::new()?;
+    /// assert!(!napi.schedule());
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn new() -> Result<Self> {
         Ok(Self(NapiBlock::new()?))
     }
@@ -100,18 +120,72 @@ impl Napi {
         unsafe { bindings::napi_gro_receive(self.0.get(), skb.into_raw()) };
     }
 
-    /// Asks for another poll round (after [`Napi::complete_done`], when events slipped in
+    /// Asks for another poll round (after [`Budget::complete`], when events slipped in
     /// before the interrupt source was re-armed).
     pub fn schedule_again(&self) -> bool {
         // SAFETY: The context is being polled, hence added and enabled.
         unsafe { bindings::napi_schedule(self.0.get()) }
     }
+}
 
-    /// Ends this poll round after `work_done` packets (fewer than the budget). Returns false
-    /// if the context must keep polling (it was scheduled again meanwhile).
-    pub fn complete_done(&self, work_done: u32) -> bool {
-        let work = i32::try_from(work_done).unwrap_or(i32::MAX);
-        // SAFETY: The context is being polled by us.
-        unsafe { bindings::napi_complete_done(self.0.get(), work) }
+/// What a poll round may handle: up to [`Budget::get`] packets. Made by the core's call of
+/// the poll function only, and consumed by how the round ends: [`Budget::exhausted`] or
+/// [`Budget::complete`].
+///
+/// # Invariants
+///
+/// `napi` is the context being polled, in the round whose budget is `limit`, which has not
+/// completed it.
+pub struct Budget<'a> {
+    napi: &'a Napi,
+    limit: u32,
+}
+
+impl<'a> Budget<'a> {
+    /// # Safety
+    ///
+    /// `napi` must be the context being polled, in the round whose budget is `limit`.
+    pub(crate) unsafe fn new(napi: &'a Napi, limit: u32) -> Self {
+        // INVARIANT: As the caller guarantees; nothing has completed the round yet.
+        Self { napi, limit }
+    }
+
+    /// How many packets the round may handle.
+    pub fn get(&self) -> u32 {
+        self.limit
+    }
+
+    /// Ends the round with the whole budget used: the context stays scheduled and the core
+    /// polls it again.
+    pub fn exhausted(self) -> Polled {
+        Polled(self.limit)
+    }
+
+    /// Ends the round after `work_done` packets and completes the context
+    /// (`napi_complete_done`), which the next [`NapiHandle::schedule`] schedules again.
+    /// `work_done` counts as less than the budget, as completing requires. Returns whether
+    /// the context completed: not if it was scheduled again meanwhile (it then keeps
+    /// polling), nor in a round of budget 0 (netpoll's), which must not complete.
+    pub fn complete(self, work_done: u32) -> (Polled, bool) {
+        let Some(most) = self.limit.checked_sub(1) else {
+            return (Polled(0), false);
+        };
+        let done = work_done.min(most);
+        let work = i32::try_from(done).unwrap_or(i32::MAX);
+        // SAFETY: The context is being polled by us and this round has not completed it
+        // (type invariant); completing consumes the budget, so it cannot happen twice.
+        let completed = unsafe { bindings::napi_complete_done(self.napi.0.get(), work) };
+        (Polled(done), completed)
+    }
+}
+
+/// How a poll round ended, made from its [`Budget`]: the packets it handled, which the poll
+/// function returns to the core.
+pub struct Polled(u32);
+
+impl Polled {
+    /// The packets handled.
+    pub fn work_done(&self) -> u32 {
+        self.0
     }
 }

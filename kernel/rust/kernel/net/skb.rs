@@ -12,7 +12,7 @@ use crate::{
     ffi::c_int,
     page::{Page, PAGE_SIZE},
 };
-use core::{mem::ManuallyDrop, ptr::NonNull};
+use core::{marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
 
 /// Who a received packet was addressed to (`PACKET_*` of `if_packet.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,40 +25,85 @@ pub enum PacketType {
     Multicast = 2,
 }
 
-/// An owned socket buffer (`struct sk_buff`).
+mod private {
+    pub trait Sealed {}
+}
+
+/// Who holds a [`SkBuff`]: its owner ([`Owned`]), who frees it, or a callee it is lent to
+/// ([`Lent`]), who gives it back.
+pub trait Ownership: private::Sealed {
+    /// Lets go of the skb when its holder is dropped.
+    ///
+    /// # Safety
+    ///
+    /// `skb` must be the valid skb of a holder being dropped, held as `Self` says.
+    #[doc(hidden)]
+    unsafe fn release(skb: NonNull<bindings::sk_buff>);
+}
+
+/// An skb its holder owns: dropping the holder frees it.
+pub struct Owned;
+
+/// An skb the stack lends to a callback for `'a` (as `header_ops->create` is lent the packet
+/// it builds): usable like an owned one, but neither freed nor given away, and a lent skb
+/// cannot be put in the place of an owned one (their types differ).
+pub struct Lent<'a>(PhantomData<&'a mut bindings::sk_buff>);
+
+impl private::Sealed for Owned {}
+impl private::Sealed for Lent<'_> {}
+
+impl Ownership for Owned {
+    unsafe fn release(skb: NonNull<bindings::sk_buff>) {
+        // SAFETY: The holder owned the skb (the caller's guarantee). This variant is safe
+        // in any context.
+        unsafe { bindings::dev_kfree_skb_any(skb.as_ptr()) };
+    }
+}
+
+impl Ownership for Lent<'_> {
+    unsafe fn release(_skb: NonNull<bindings::sk_buff>) {}
+}
+
+/// A socket buffer (`struct sk_buff`), owned by default, or lent for a call ([`Lent`]).
 ///
-/// Exactly one owner frees it: dropping it frees it as a drop (`dev_kfree_skb_any`, counted
-/// by drop monitors), [`SkBuff::consume`] frees it as consumed, and handing it to the stack
-/// ([`NetDevice::rx`]) or taking it from the stack passes ownership along.
+/// Exactly one owner frees an owned skb: dropping it frees it as a drop
+/// (`dev_kfree_skb_any`, counted by drop monitors), [`SkBuff::consume`] frees it as
+/// consumed, and handing it to the stack ([`NetDevice::rx`]) or taking it from the stack
+/// passes ownership along.
 ///
 /// # Invariants
 ///
-/// `0` points to a valid `struct sk_buff` that this object owns exclusively.
-pub struct SkBuff(NonNull<bindings::sk_buff>);
+/// `ptr` points to a valid `struct sk_buff` that this object owns exclusively (`O` is
+/// [`Owned`]) or is lent for `'a` (`O` is [`Lent<'a>`]): exclusively, or unchanged by others
+/// if the object is only ever shared.
+pub struct SkBuff<O: Ownership = Owned> {
+    ptr: NonNull<bindings::sk_buff>,
+    _holder: PhantomData<O>,
+}
 
-// SAFETY: An owned skb may be moved between threads; the stack does so all the time.
-unsafe impl Send for SkBuff {}
+// SAFETY: An owned skb may be moved between threads; the stack does so all the time. A lent
+// one is used by the callee on the caller's thread only, but moving it would not matter.
+unsafe impl<O: Ownership> Send for SkBuff<O> {}
 
-impl SkBuff {
+impl SkBuff<Owned> {
     /// Takes ownership of a raw skb.
     ///
     /// # Safety
     ///
     /// `ptr` must be a valid skb whose ownership the caller gives up.
     pub(crate) unsafe fn from_raw(ptr: *mut bindings::sk_buff) -> Self {
-        // SAFETY: The caller guarantees `ptr` is valid, hence non-null.
-        Self(unsafe { NonNull::new_unchecked(ptr) })
+        Self {
+            // SAFETY: The caller guarantees `ptr` is valid, hence non-null.
+            ptr: unsafe { NonNull::new_unchecked(ptr) },
+            _holder: PhantomData,
+        }
     }
 
     /// Gives up ownership and returns the raw skb.
     pub(crate) fn into_raw(self) -> *mut bindings::sk_buff {
-        let ptr = self.0.as_ptr();
+        let ptr = self.ptr.as_ptr();
         core::mem::forget(self);
         ptr
-    }
-
-    fn raw(&self) -> *mut bindings::sk_buff {
-        self.0.as_ptr()
     }
 
     /// Allocates an skb for receiving on `dev` with `len` bytes of room (and the usual
@@ -67,7 +112,52 @@ impl SkBuff {
         // SAFETY: `dev` is valid.
         let skb = unsafe { bindings::__netdev_alloc_skb(dev.as_raw(), len, flags.as_raw()) };
         // INVARIANT: a new skb is owned by its allocator.
-        Ok(Self(NonNull::new(skb).ok_or(ENOMEM)?))
+        Ok(Self {
+            ptr: NonNull::new(skb).ok_or(ENOMEM)?,
+            _holder: PhantomData,
+        })
+    }
+
+    /// Sets the device the packet arrived on.
+    pub(crate) fn set_dev(&mut self, dev: &super::dev::NetDevice) {
+        // SAFETY: By the type invariant the skb is valid and owned by us; `dev` sits in the
+        // first union of `struct sk_buff` (next/prev/dev), unused while we own it alone.
+        unsafe {
+            (*self.raw())
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .dev = dev.as_raw()
+        };
+    }
+
+    /// Frees the skb as successfully consumed (not counted as a drop).
+    pub fn consume(self) {
+        // SAFETY: We own the skb; ownership ends here.
+        unsafe { bindings::consume_skb(self.into_raw()) };
+    }
+}
+
+impl<'a> SkBuff<Lent<'a>> {
+    /// Borrows an skb lent for `'a`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be a valid skb lent for `'a`, which its lender frees, and which nobody else
+    /// uses for `'a` (or, if the result is only ever shared, nobody changes).
+    pub(crate) unsafe fn lent(ptr: *mut bindings::sk_buff) -> Self {
+        // INVARIANT: As the caller guarantees.
+        Self {
+            // SAFETY: The caller guarantees `ptr` is valid, hence non-null.
+            ptr: unsafe { NonNull::new_unchecked(ptr) },
+            _holder: PhantomData,
+        }
+    }
+}
+
+impl<O: Ownership> SkBuff<O> {
+    fn raw(&self) -> *mut bindings::sk_buff {
+        self.ptr.as_ptr()
     }
 
     /// Total length of the data, linear part and fragments.
@@ -101,8 +191,8 @@ impl SkBuff {
 
     /// The linear part of the data.
     pub fn data(&self) -> &[u8] {
-        // SAFETY: `data` points to `headlen()` initialised bytes owned by this skb, which we
-        // own exclusively for the lifetime of the borrow.
+        // SAFETY: `data` points to `headlen()` initialised bytes of this skb, which we hold
+        // exclusively (type invariant) for the lifetime of the borrow.
         unsafe { core::slice::from_raw_parts((*self.raw()).data, self.headlen() as usize) }
     }
 
@@ -181,7 +271,7 @@ impl SkBuff {
 
     /// Sets the protocol of the payload (an ethertype, host order).
     pub fn set_protocol(&mut self, ethertype: u16) {
-        // SAFETY: By the type invariant the skb is valid and owned by us; see `protocol`.
+        // SAFETY: By the type invariant the skb is valid and held exclusively by us; see `protocol`.
         unsafe {
             (*self.raw())
                 .__bindgen_anon_4
@@ -245,13 +335,13 @@ impl SkBuff {
 
     /// Marks the start of the data as the start of the link-layer header.
     pub fn reset_mac_header(&mut self) {
-        // SAFETY: By the type invariant the skb is valid and owned by us.
+        // SAFETY: By the type invariant the skb is valid and held exclusively by us.
         unsafe { bindings::skb_reset_mac_header(self.raw()) };
     }
 
     /// Sets who the packet was addressed to.
     pub fn set_pkt_type(&mut self, pkt_type: PacketType) {
-        // SAFETY: By the type invariant the skb is valid and owned by us; `pkt_type` is a
+        // SAFETY: By the type invariant the skb is valid and held exclusively by us; `pkt_type` is a
         // bitfield of the `headers` group (see `protocol`).
         unsafe {
             (*self.raw())
@@ -259,19 +349,6 @@ impl SkBuff {
                 .__bindgen_anon_1
                 .as_mut()
                 .set_pkt_type(pkt_type as u8)
-        };
-    }
-
-    /// Sets the device the packet arrived on.
-    pub(crate) fn set_dev(&mut self, dev: &super::dev::NetDevice) {
-        // SAFETY: By the type invariant the skb is valid and owned by us; `dev` sits in the
-        // first union of `struct sk_buff` (next/prev/dev), unused while we own the skb alone.
-        unsafe {
-            (*self.raw())
-                .__bindgen_anon_1
-                .__bindgen_anon_1
-                .__bindgen_anon_1
-                .dev = dev.as_raw()
         };
     }
 
@@ -349,7 +426,7 @@ impl SkBuff {
     /// Moves all data into the linear part, for a device that cannot gather this many
     /// fragments. `ENOMEM` when the larger head cannot be allocated (atomically).
     pub fn linearize(&mut self) -> Result {
-        // SAFETY: By the type invariant the skb is valid and owned by us.
+        // SAFETY: By the type invariant the skb is valid and held exclusively by us.
         to_result(unsafe { bindings::skb_linearize(self.raw()) })
     }
 
@@ -358,22 +435,16 @@ impl SkBuff {
     /// packets until their send completes: the socket's limits on what sits below it (TCP
     /// small queues) would otherwise count packets already handed to the hardware.
     pub fn orphan(&mut self) {
-        // SAFETY: By the type invariant the skb is valid and owned by us.
+        // SAFETY: By the type invariant the skb is valid and held exclusively by us.
         unsafe { bindings::skb_orphan(self.raw()) };
         // SAFETY: As above.
         unsafe { bindings::skb_dst_drop(self.raw()) };
     }
-
-    /// Frees the skb as successfully consumed (not counted as a drop).
-    pub fn consume(self) {
-        // SAFETY: We own the skb; ownership ends here.
-        unsafe { bindings::consume_skb(self.into_raw()) };
-    }
 }
 
-impl Drop for SkBuff {
+impl<O: Ownership> Drop for SkBuff<O> {
     fn drop(&mut self) {
-        // SAFETY: We own the skb. This variant is safe in any context.
-        unsafe { bindings::dev_kfree_skb_any(self.raw()) };
+        // SAFETY: The skb is valid and held as `O` says (type invariant); it is dropped.
+        unsafe { O::release(self.ptr) };
     }
 }

@@ -33,7 +33,7 @@ pub trait CompletionHandler: Send + Sync {
 pub struct CompletionQueue<H: CompletionHandler> {
     cq: NonNull<bindings::ib_cq>,
     handler: Arc<H>,
-    _device: DeviceRef,
+    device: DeviceRef,
 }
 
 // SAFETY: Providers serialise access to a CQ internally; the handler is `Send + Sync`.
@@ -90,7 +90,7 @@ impl<H: CompletionHandler> CompletionQueue<H> {
             Self {
                 cq,
                 handler,
-                _device: device,
+                device,
             },
             GFP_KERNEL,
         )?)
@@ -131,15 +131,26 @@ impl<H: CompletionHandler> CompletionQueue<H> {
     }
 }
 
-/// What a queue pair needs of a completion queue, whatever its handler type.
-pub trait RawCompletionQueue: Send + Sync {
-    /// The `struct ib_cq`.
+/// What a queue pair needs of a completion queue, whatever its handler type. Sealed: only
+/// [`CompletionQueue`] is one.
+pub trait RawCompletionQueue: Send + Sync + super::private::Sealed {
+    /// The `struct ib_cq`, valid while `self` is.
+    #[doc(hidden)]
     fn as_raw(&self) -> *mut bindings::ib_cq;
+
+    /// The device the queue lives on.
+    fn device(&self) -> &Device;
 }
+
+impl<H: CompletionHandler> super::private::Sealed for CompletionQueue<H> {}
 
 impl<H: CompletionHandler> RawCompletionQueue for CompletionQueue<H> {
     fn as_raw(&self) -> *mut bindings::ib_cq {
         self.cq.as_ptr()
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
     }
 }
 
@@ -199,10 +210,18 @@ impl WorkCompletion {
         &self.0
     }
 
-    /// The token of the work request, as given when it was posted.
+    /// The token of the work request, as given when it was posted (0 once the completion
+    /// was used up, or for one never filled in).
     pub fn wr_id(&self) -> u64 {
         // SAFETY: Both union members are 64-bit; this API always posts with `wr_id`.
         unsafe { self.raw().__bindgen_anon_1.wr_id }
+    }
+
+    /// Uses the completion up: its buffer was taken back, and the slot it named may hold
+    /// another one now. Queues number their requests with serials other than 0, so an id
+    /// of 0 matches none.
+    pub(crate) fn consume(&mut self) {
+        self.0.__bindgen_anon_1.wr_id = 0;
     }
 
     /// The completion status.

@@ -13,7 +13,7 @@
 use super::{
     ah::AddressHandle,
     cq::{QpId, RawCompletionQueue, WorkCompletion},
-    device::Gid,
+    device::{Device, Gid},
     dma::{DmaBuffer, ScatterBuffer, SkbMapping, MAX_SKB_SEGMENTS},
     pd::ProtectionDomain,
 };
@@ -104,7 +104,18 @@ unsafe extern "C" fn qp_event_callback(event: *mut bindings::ib_event, context: 
 
 /// Numbers every queue pair of this kernel, so that a completion left in a shared CQ by a
 /// destroyed queue pair is never taken for one of a new queue pair at the same address.
-pub(crate) static QP_SERIAL: AtomicU32 = AtomicU32::new(1);
+static QP_SERIAL: AtomicU32 = AtomicU32::new(1);
+
+/// A serial for a queue, never 0: a work request id of serial 0 names no request, which is
+/// what a completion already used up carries ([`WorkCompletion::consume`]).
+pub(crate) fn next_serial() -> u32 {
+    loop {
+        let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
+        if serial != 0 {
+            return serial;
+        }
+    }
+}
 
 /// What a send carries: a buffer, or a socket buffer mapped in place.
 enum Payload {
@@ -273,11 +284,15 @@ impl sealed::Sealed for ScatterBuffer {
 }
 impl RecvBuffer for ScatterBuffer {}
 
-/// A shared receive queue as queue pairs see it: something they can be created on.
-pub trait SharedQueue: Send + Sync {
-    /// The C object.
+/// A shared receive queue as queue pairs see it: something they can be created on. Sealed:
+/// only [`super::srq::SharedReceiveQueue`] is one.
+pub trait SharedQueue: Send + Sync + super::private::Sealed {
+    /// The C object, valid while `self` is.
     #[doc(hidden)]
     fn as_raw(&self) -> *mut bindings::ib_srq;
+
+    /// The device the queue lives on.
+    fn device(&self) -> &Device;
 }
 
 /// The lock class of every receive ring. Lockdep wants one name per class, and generic code
@@ -310,7 +325,7 @@ pub(crate) struct RecvRing<B: RecvBuffer> {
 impl<B: RecvBuffer> RecvRing<B> {
     pub(crate) fn new(n: u32) -> Result<impl PinInit<Self>> {
         let slots = Slots::new(n)?;
-        let serial = AtomicU32::new(QP_SERIAL.fetch_add(1, Ordering::Relaxed));
+        let serial = AtomicU32::new(next_serial());
         Ok(pin_init!(Self {
             serial,
             slots <- {
@@ -353,19 +368,23 @@ impl<B: RecvBuffer> RecvRing<B> {
         Ok(())
     }
 
-    /// Takes back the buffer that `wc` completes, if `wc` names one of our requests.
-    pub(crate) fn complete(&self, wc: &WorkCompletion) -> Option<B> {
+    /// Takes back the buffer that `wc` completes, if `wc` names one of our requests, and
+    /// uses `wc` up: completing it again gives nothing (the slot may hold a buffer posted
+    /// since).
+    pub(crate) fn complete(&self, wc: &mut WorkCompletion) -> Option<B> {
         let id = wc.wr_id();
         if (id >> 32) as u32 != self.serial.load(Ordering::Relaxed) {
             return None;
         }
-        // INVARIANT: the device is done with the request `wc` completes.
+        // INVARIANT: the device is done with the request `wc` completes, which is used up
+        // below, so it takes no other buffer from the slot.
         let buf = self
             .slots
             .lock()
             .entries
             .get_mut((id & 0xffff_ffff) as usize)?
             .take()?;
+        wc.consume();
         buf.sync_for_cpu();
         Some(buf)
     }
@@ -382,9 +401,7 @@ impl<B: RecvBuffer> RecvRing<B> {
     ///
     /// The device must no longer access any buffer posted so far.
     pub(crate) unsafe fn discard_all(&self, mut back: impl FnMut(B)) {
-        let _ = self
-            .serial
-            .swap(QP_SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        let _ = self.serial.swap(next_serial(), Ordering::Relaxed);
         // One buffer at a time, handed back without the lock held (`back` may allocate).
         loop {
             let taken = self.slots.lock().take_any();
@@ -548,6 +565,14 @@ impl<B: RecvBuffer> QueuePair<B> {
         events: Option<Arc<dyn QpEventHandler>>,
         owner: &'static CStr,
     ) -> Result<Pin<KBox<Self>>> {
+        // The core would link objects of different devices; refused instead.
+        let device = pd.device().as_raw();
+        if send_cq.device().as_raw() != device
+            || recv_cq.device().as_raw() != device
+            || srq.as_ref().is_some_and(|s| s.device().as_raw() != device)
+        {
+            return Err(EINVAL);
+        }
         let events = match events {
             Some(handler) => Some(KBox::new(handler, GFP_KERNEL)?),
             None => None,
@@ -612,7 +637,7 @@ impl<B: RecvBuffer> QueuePair<B> {
                 return Err(e);
             }
         };
-        let serial = AtomicU32::new(QP_SERIAL.fetch_add(1, Ordering::Relaxed));
+        let serial = AtomicU32::new(next_serial());
         let init = pin_init!(Self {
             qp,
             qp_type,
@@ -823,9 +848,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     pub fn reset(&self, mut send_back: impl FnMut(Sent), recv_back: impl FnMut(B)) -> Result {
         let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
-        let _ = self
-            .serial
-            .swap(QP_SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        let _ = self.serial.swap(next_serial(), Ordering::Relaxed);
         // As in `RecvRing::discard_all`: `send_back` runs without the lock held.
         loop {
             let taken = self.send.lock().take_any();
@@ -1025,21 +1048,24 @@ impl<B: RecvBuffer> QueuePair<B> {
         self.send.lock().used()
     }
 
-    /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU;
-    /// `None` if `wc` is not a receive completion of this queue pair's own receive queue.
-    pub fn complete_recv(&self, wc: &WorkCompletion) -> Option<B> {
+    /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU,
+    /// and uses `wc` up; `None` if `wc` is not a receive completion of this queue pair's own
+    /// receive queue, or was used up already.
+    pub fn complete_recv(&self, wc: &mut WorkCompletion) -> Option<B> {
         if wc.qp() != self.qp.as_ptr() {
             return None;
         }
         self.recv.complete(wc)
     }
 
-    /// Takes back what the send that `wc` completes carried; `None` if `wc` is not a send
-    /// completion of this queue pair.
-    pub fn complete_send(&self, wc: &WorkCompletion) -> Option<Sent> {
+    /// Takes back what the send that `wc` completes carried, and uses `wc` up; `None` if
+    /// `wc` is not a send completion of this queue pair, or was used up already.
+    pub fn complete_send(&self, wc: &mut WorkCompletion) -> Option<Sent> {
         let index = self.slot_of(wc)?;
-        // INVARIANT: the device is done with the request `wc` completes.
+        // INVARIANT: the device is done with the request `wc` completes, which is used up
+        // below, so it takes no other payload from the slot.
         let slot = self.send.lock().entries.get_mut(index)?.take()?;
+        wc.consume();
         Some(slot.payload.into_sent())
     }
 }

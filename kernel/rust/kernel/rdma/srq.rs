@@ -78,9 +78,15 @@ unsafe impl<B: RecvBuffer> Send for SharedReceiveQueue<B> {}
 // SAFETY: See above.
 unsafe impl<B: RecvBuffer> Sync for SharedReceiveQueue<B> {}
 
+impl<B: RecvBuffer> super::private::Sealed for SharedReceiveQueue<B> {}
+
 impl<B: RecvBuffer> SharedQueue for SharedReceiveQueue<B> {
     fn as_raw(&self) -> *mut bindings::ib_srq {
         self.srq.as_ptr()
+    }
+
+    fn device(&self) -> &Device {
+        self.pd.device()
     }
 }
 
@@ -191,8 +197,9 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
     }
 
     /// Takes back the buffer of the receive that `wc` (from any attached queue pair)
-    /// completes, synchronised for the CPU; `None` if `wc` is not one of ours.
-    pub fn complete_recv(&self, wc: &WorkCompletion) -> Option<B> {
+    /// completes, synchronised for the CPU, and uses `wc` up; `None` if `wc` is not one of
+    /// ours, or was used up already.
+    pub fn complete_recv(&self, wc: &mut WorkCompletion) -> Option<B> {
         self.ring.complete(wc)
     }
 }

@@ -8,7 +8,11 @@
  *          SECONDS passed, prints "received N", leaves the group (closing the socket)
  *        mcast_udp send IFNAME GROUP PORT COUNT INTERVAL_MS
  *          sends COUNT datagrams to GROUP:PORT out of IFNAME, prints "sent N"
- * GROUP is an IPv4 or IPv6 multicast address.
+ *        mcast_udp join IFNAME GROUP COUNT SECONDS
+ *          joins COUNT consecutive IPv4 groups from GROUP on IFNAME (20 a socket, the
+ *          default per-socket limit), prints "joined N", holds them SECONDS (or until
+ *          killed), and leaves them by exiting
+ * GROUP is an IPv4 or IPv6 multicast address (IPv4 only for join).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,6 +40,36 @@ static long now_ms(void)
 	return t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* The join mode: many groups held at once, so that an interface's list grows long. */
+static int join_many(const char *ifname, const char *first, int count, int seconds)
+{
+	struct ip_mreqn m = { .imr_ifindex = if_nametoindex(ifname) };
+	struct in_addr group;
+	int fd = -1, joined = 0;
+
+	if (!m.imr_ifindex)
+		return fail(ifname);
+	if (inet_pton(AF_INET, first, &group) != 1) {
+		fprintf(stderr, "mcast_udp: %s is not an IPv4 address\n", first);
+		return 2;
+	}
+	for (int i = 0; i < count; i++) {
+		if (i % 20 == 0) {
+			fd = socket(AF_INET, SOCK_DGRAM, 0);
+			if (fd < 0)
+				return fail("socket");
+		}
+		m.imr_multiaddr.s_addr = htonl(ntohl(group.s_addr) + i);
+		if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m)))
+			return fail("join");
+		joined++;
+	}
+	printf("joined %d\n", joined);
+	fflush(stdout);
+	sleep(seconds);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct sockaddr_storage ss = { 0 };
@@ -45,9 +79,12 @@ int main(int argc, char **argv)
 	unsigned int ifindex;
 	int fd, v6, port, a, b, one = 1;
 
+	if (argc == 6 && !strcmp(argv[1], "join"))
+		return join_many(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
 	if (argc != 7 || (strcmp(argv[1], "recv") && strcmp(argv[1], "send"))) {
 		fprintf(stderr, "usage: %s recv IFNAME GROUP PORT SECONDS MAX\n"
-				"       %s send IFNAME GROUP PORT COUNT INTERVAL_MS\n", argv[0], argv[0]);
+				"       %s send IFNAME GROUP PORT COUNT INTERVAL_MS\n"
+				"       %s join IFNAME GROUP COUNT SECONDS\n", argv[0], argv[0], argv[0]);
 		return 2;
 	}
 	ifindex = if_nametoindex(argv[2]);

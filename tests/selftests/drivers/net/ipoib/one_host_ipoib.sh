@@ -8,7 +8,7 @@
 
 NS=ipoibpeer
 
-one_host_begin 14
+one_host_begin 17
 klog_mark
 start_mark=$KLOG_MARK
 # The driver ages its neighbours at the pace of the ARP table's collection: 1 s here.
@@ -46,6 +46,37 @@ multicast_counted() {
 		[ "$(ip netns exec "$NS" ethtool -S "$ib_b" | awk '$1 == "multicast:" { print $2 }')" = "$m2" ]
 }
 ipoib_check "multicast counted (ip -s link, ethtool -S), broadcast not" multicast_counted
+
+# 1000 groups on ib_a's multicast list at once (IPv4 239.1.0.0 to 239.1.3.231, joined by
+# sockets): each is joined (listed in debugfs, its group joined on veth0 under rxe0) and
+# the last one receives; once the sockets are gone, all are left. C has no limit on the
+# groups either.
+MCG=/sys/kernel/debug/ipoib/${ib_a}_mcg
+joined_of() { grep -c "^GID: ff12:401b:ffff:0:0:0:f01:" "$MCG"; }
+veth_groups() { ip -6 maddr show dev veth0 | grep -c "ff12:401b:ffff::f01:"; }
+many_groups() {
+	local m0 pid
+	[ -r "$MCG" ] || { echo "no $MCG"; return 1; }
+	./mcast_udp join "$ib_a" 239.1.0.0 1000 120 >/tmp/groups.out &
+	pid=$!
+	wait_for 60 eval '[ "$(joined_of)" = 1000 ] && [ "$(veth_groups)" = 1000 ]' || {
+		echo "joined: $(joined_of) in debugfs, $(veth_groups) on veth0; $(cat /tmp/groups.out)"
+		kill "$pid"
+		return 1
+	}
+	echo "$(cat /tmp/groups.out): 1000 in debugfs and on veth0"
+	# The last group receives (counted by ib_a as multicast).
+	m0=$(cat "/sys/class/net/$ib_a/statistics/multicast")
+	ip netns exec "$NS" ./mcast_udp send "$ib_b" 239.1.3.231 9 5 100 >/dev/null &&
+		wait_for 10 eval '[ $(($(cat "/sys/class/net/$ib_a/statistics/multicast") - m0)) -ge 5 ]' ||
+		{ echo "group 239.1.3.231 not received"; kill "$pid"; return 1; }
+	kill "$pid" && wait "$pid"
+	wait_for 60 eval '[ "$(joined_of)" = 0 ] && [ "$(veth_groups)" = 0 ]' || {
+		echo "still joined: $(joined_of) in debugfs, $(veth_groups) on veth0"
+		return 1
+	}
+}
+ipoib_check "1000 multicast groups joined at once, the last one receiving, and all left" many_groups
 # The port follows its Ethernet device's MTU (under rxe, without an event), and the
 # interfaces follow the port within a few collection intervals (1 s here). In datagram
 # mode: at Ethernet MTU 3000 the port carries 2048-byte packets and ib MTU 2044 can be set,
@@ -106,10 +137,40 @@ counted_by() {
 }
 rx_errors() { stat_of rx_errors; }
 rx_dropped() { stat_of rx_dropped; }
+tx_dropped() { stat_of tx_dropped; }
 ipoib_check "10 empty and 10 two-byte datagrams: rx_errors +20" \
 	counted_by rx_errors 20 eval 'inject empty && inject short'
-ipoib_check "10 datagrams of an ethertype IPoIB does not carry: rx_dropped +10" \
-	counted_by rx_dropped 10 inject unknown
+# Datagrams of an ethertype IPoIB names nowhere are passed up, as C passes them (C filters
+# on transmit only): with no handler for the type the stack drops them (rx_dropped); a
+# packet socket for it receives them.
+unknown_passed_up() {
+	local pid
+	counted_by rx_dropped 10 inject unknown || return 1
+	./pkt_io recv "$ib_a" 0x88b6 10 10 >/tmp/pkt.out 2>/tmp/pkt.err &
+	pid=$!
+	wait_for 5 grep -q listening /tmp/pkt.err && inject unknown || { kill "$pid"; return 1; }
+	wait "$pid"
+	echo "a packet socket for 0x88b6 on $ib_a: $(cat /tmp/pkt.out)"
+	grep -qx "received 10" /tmp/pkt.out
+}
+ipoib_check "10 datagrams of an ethertype IPoIB does not carry: dropped by the stack (rx_dropped +10); 10 more received by a packet socket for it" \
+	unknown_passed_up
+# On transmit, as C: unicast carries IPv4, IPv6, ARP, RARP and TIPC only, other types are
+# dropped (tx_dropped); to a group any type goes (the peer's packet socket receives it).
+unknown_sent() {
+	local pid
+	counted_by tx_dropped 10 ./pkt_io send "$ib_a" 0x88b6 "$(ip netns exec "$NS" cat "/sys/class/net/$ib_b/address")" 10 ||
+		return 1
+	ip netns exec "$NS" ./pkt_io recv "$ib_b" 0x88b6 10 10 >/tmp/pkt.out 2>/tmp/pkt.err &
+	pid=$!
+	wait_for 5 grep -q listening /tmp/pkt.err &&
+		./pkt_io send "$ib_a" 0x88b6 "$(cat "/sys/class/net/$ib_a/broadcast")" 10 || { kill "$pid"; return 1; }
+	wait "$pid"
+	echo "broadcast: $(cat /tmp/pkt.out) by the peer"
+	grep -qx "received 10" /tmp/pkt.out
+}
+ipoib_check "10 unicast packets of that ethertype dropped on transmit (tx_dropped +10); 10 to the broadcast group reach the peer" \
+	unknown_sent
 ipoib_check "10 IPv4 datagrams of noise: passed up, refused by IPv4 (InHdrErrors +10)" \
 	counted_by in_hdr_errors 10 inject garbage
 # The Q_Key is the one the interface's UD queue pair holds (the broadcast group's): 10
@@ -151,6 +212,24 @@ tx_idle_closed() {
 }
 ipoib_check "connected mode: an idle destination's connection closed after two collection intervals (counted), made again on use" \
 	tx_idle_closed
+# Unicast ARP goes as a datagram in connected mode too, as in C (ARP answers must not wait
+# for a connection): a probe of the peer's entry (unicast ARP requests, 60 bytes with the
+# IPoIB header) is sent as datagrams to the peer's QPN, and answered.
+arp_over_ud() {
+	local peer qpn param=/sys/module/$MODULE/parameters/data_debug_level
+	peer=$(ip netns exec "$NS" cat "/sys/class/net/$ib_b/address")
+	qpn=$(echo "$peer" | cut -d: -f2-4 | tr -d :)
+	ping -c 1 -W 2 198.51.100.2 && echo 1 >"$param" || return 1
+	klog_mark
+	ip neigh change 198.51.100.2 dev "$ib_a" lladdr "$peer" nud probe &&
+		wait_for 10 eval 'ip neigh show 198.51.100.2 dev "$ib_a" | grep -q REACHABLE'
+	local answered=$?
+	echo 0 >"$param"
+	ip neigh show 198.51.100.2 dev "$ib_a"
+	klog_since | grep "sending datagram, length 60 to QPN 0x$qpn" | head -n 3
+	[ "$answered" = 0 ] && klog_since | grep -q "sending datagram, length 60 to QPN 0x$qpn"
+}
+ipoib_check "connected mode: unicast ARP sent as datagrams (a probe of the peer's entry), and answered" arp_over_ud
 unload() {
 	rmmod "$MODULE" && ! module_loaded && ! ip -n "$NS" link show "$ib_b" 2>/dev/null
 }

@@ -9,7 +9,8 @@
  *   IB_ADDRESS  the target's 20-byte address as /sys/class/net/ibN/address prints it
  *   QKEY        Q_Key to send with (IPoIB's is 0x0b1b; another one must be ignored)
  *   KIND        empty: no payload; short: 2 bytes, less than the IPoIB header;
- *               unknown: header with ethertype 0x88b5 (local experimental) and 64 bytes;
+ *               unknown: header with ethertype 0x88b6 (local experimental 2: the test
+ *               kernel's rxe_ib takes 0x88b5) and 64 bytes;
  *               garbage: IPv4 ethertype and 64 bytes of noise
  *   COUNT       how many datagrams
  * Prints "sent COUNT KIND" and exits 0 once every send completed successfully.
@@ -60,7 +61,7 @@ static int fill(const char *kind, uint8_t *buf)
 	}
 	if (!strcmp(kind, "unknown")) {
 		buf[0] = 0x88;
-		buf[1] = 0xb5;
+		buf[1] = 0xb6;
 		memset(buf + 4, 0xa5, 64);
 		return 68;
 	}
