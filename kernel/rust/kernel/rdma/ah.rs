@@ -133,6 +133,9 @@ impl Drop for AhAttr {
 /// An address handle (`struct ib_ah`): the destination of UD sends.
 ///
 /// Shared through [`Arc`]: queue pairs keep the handle of each send until it completes.
+/// Dropping the last reference may sleep (it may release the protection domain's last
+/// reference, and some providers, rxe among them, take locks that softirq context must not
+/// take): let it go in process context, as a work item does.
 ///
 /// # Invariants
 ///
@@ -189,8 +192,8 @@ impl AddressHandle {
 
 impl Drop for AddressHandle {
     fn drop(&mut self) {
-        // SAFETY: `ah` is valid and destroyed only here. Without the sleepable flag this is
-        // allowed in atomic context, where the last send completion may drop the handle.
+        // SAFETY: `ah` is valid and destroyed only here. (Without the sleepable flag the
+        // core itself does not sleep; see the type's documentation for the provider.)
         unsafe { bindings::rdma_destroy_ah_user(self.ah.as_ptr(), 0, core::ptr::null_mut()) };
     }
 }

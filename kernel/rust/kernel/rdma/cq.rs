@@ -157,8 +157,16 @@ impl<H: CompletionHandler> RawCompletionQueue for CompletionQueue<H> {
 impl<H: CompletionHandler> Drop for CompletionQueue<H> {
     fn drop(&mut self) {
         // SAFETY: `cq` is valid and destroyed only here; queue pairs using it hold an `Arc`
-        // to it, so none is left. After this returns the handler is no longer called.
-        unsafe { bindings::ib_destroy_cq_user(self.cq.as_ptr(), core::ptr::null_mut()) };
+        // to it, so none is left. Once it is destroyed the handler is no longer called.
+        let ret = unsafe { bindings::ib_destroy_cq_user(self.cq.as_ptr(), core::ptr::null_mut()) };
+        if ret != 0 {
+            // The device may still call the handler: it is leaked, never freed.
+            crate::pr_err!(
+                "completion queue not destroyed ({}): its handler leaked\n",
+                ret
+            );
+            core::mem::forget(self.handler.clone());
+        }
     }
 }
 

@@ -394,6 +394,12 @@ impl<B: RecvBuffer> RecvRing<B> {
         self.slots.lock().used()
     }
 
+    /// Leaks every posted buffer, for a queue the device may still write to (its destroy
+    /// failed): never freed, they stay valid for it.
+    pub(crate) fn leak_all(&self) {
+        core::mem::forget(core::mem::take(&mut self.slots.lock().entries));
+    }
+
     /// The device discarded every posted request: takes the buffers back one by one and
     /// renews the serial.
     ///
@@ -493,8 +499,8 @@ pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     pd: Arc<ProtectionDomain>,
     srq: Option<Arc<dyn SharedQueue>>,
     events: Option<NonNull<Arc<dyn QpEventHandler>>>,
-    _send_cq: Arc<dyn RawCompletionQueue>,
-    _recv_cq: Arc<dyn RawCompletionQueue>,
+    send_cq: Arc<dyn RawCompletionQueue>,
+    recv_cq: Arc<dyn RawCompletionQueue>,
 }
 
 // SAFETY: The core allows a QP to be used from any thread; the slots are behind locks.
@@ -657,8 +663,8 @@ impl<B: RecvBuffer> QueuePair<B> {
             pd: pd.clone(),
             srq,
             events,
-            _send_cq: send_cq,
-            _recv_cq: recv_cq,
+            send_cq,
+            recv_cq,
         });
         match KBox::pin_init(init, GFP_KERNEL) {
             Ok(this) => Ok(this),
@@ -1077,12 +1083,25 @@ impl<B: RecvBuffer> PinnedDrop for QueuePair<B> {
         for (gid, lid) in self.mcast.lock().iter_mut().filter_map(Option::take) {
             let _ = Self::detach_raw(self.qp, &gid, lid);
         }
-        // SAFETY: By the type invariant `qp` is valid and destroyed only here. The device
-        // stops accessing posted buffers, which are freed afterwards with the fields, and
-        // stops reporting events.
+        // SAFETY: By the type invariant `qp` is valid and destroyed only here. Once destroyed,
+        // the device no longer accesses posted buffers, which are freed afterwards with the
+        // fields, and reports no events.
         let ret = unsafe { bindings::ib_destroy_qp_user(self.qp.as_ptr(), core::ptr::null_mut()) };
         if ret != 0 {
-            crate::pr_err!("queue pair {} not destroyed ({})\n", self.qp_num(), ret);
+            // The device may still use all the queue pair refers to: posted buffers, the
+            // event handler, the queues and the domain are leaked, never freed.
+            crate::pr_err!(
+                "queue pair {} not destroyed ({}): what it uses leaked\n",
+                self.qp_num(),
+                ret
+            );
+            self.recv.leak_all();
+            core::mem::forget(core::mem::take(&mut self.send.lock().entries));
+            core::mem::forget(self.pd.clone());
+            core::mem::forget(self.srq.clone());
+            core::mem::forget(self.send_cq.clone());
+            core::mem::forget(self.recv_cq.clone());
+            return;
         }
         if let Some(p) = self.events {
             // SAFETY: By the type invariant `p` came from `KBox::into_raw`; the queue pair that

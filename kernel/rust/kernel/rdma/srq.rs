@@ -208,9 +208,21 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
 impl<B: RecvBuffer> PinnedDrop for SharedReceiveQueue<B> {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: By the type invariant `srq` is valid and destroyed only here; attached queue
-        // pairs hold an `Arc` to us, so none is left. The device stops accessing posted
-        // buffers, which are freed afterwards with the ring.
-        unsafe { bindings::ib_destroy_srq_user(self.srq.as_ptr(), core::ptr::null_mut()) };
+        // pairs hold an `Arc` to us, so none is left. Once destroyed, the device no longer
+        // accesses posted buffers, which are freed afterwards with the ring.
+        let ret =
+            unsafe { bindings::ib_destroy_srq_user(self.srq.as_ptr(), core::ptr::null_mut()) };
+        if ret != 0 {
+            // The device may still use the posted buffers and report events: they are
+            // leaked, never freed, and so is the protection domain they live in.
+            crate::pr_err!(
+                "shared receive queue not destroyed ({}): its buffers leaked\n",
+                ret
+            );
+            self.ring.leak_all();
+            core::mem::forget(self.pd.clone());
+            return;
+        }
         if let Some(p) = self.events {
             // SAFETY: By the type invariant `p` came from `KBox::into_raw`; the queue that used
             // it is gone and `drop` runs once.
