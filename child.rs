@@ -14,7 +14,7 @@
 //! reaches it through [`ChildInterface`], which `netdev.rs` implements for it.
 
 use crate::{
-    debugfs::{DebugFiles, DebugRoot, DebugView},
+    debugfs::{DebugFiles, DebugName, DebugRoot, DebugView},
     wire::{HwAddr, PKEY_FULL_MEMBER},
 };
 use kernel::{
@@ -45,6 +45,8 @@ pub(crate) trait ChildInterface: DebugView + Sized + 'static {
     fn configure(&self) -> impl FnOnce(&mut Setup) -> Result;
     /// The interface's net_device is registered as `dev` (its name is now known).
     fn registered(&self, dev: &NetDevice);
+    /// Takes the handle that renames the interface's debugfs files.
+    fn attach_debug_name(&self, name: DebugName);
     /// Makes the interface of a child of `parent` (whose net_device is `parent_dev`) in
     /// partition `pkey`, driving `napi`, under RTNL.
     fn new_child(
@@ -245,6 +247,9 @@ impl<I: ChildInterface> Children<I> {
             pr_info!("{}: no debugfs files ({:?})\n", dev.device().name(), e);
             None
         });
+        if let Some(files) = &debug {
+            interface.attach_debug_name(files.name());
+        }
         let child = Child {
             pkey: full,
             legacy,

@@ -2,7 +2,8 @@
 
 //! debugfs files of an interface, under `ipoib/` as the C driver's: `<if>_mcg` (multicast
 //! groups) and `<if>_path` (destinations), in its format, and `<if>_cm` (every connection of
-//! connected mode). Created with the interface under its first name; nothing is shown
+//! connected mode). Created with the interface under its first name, renamed when it comes
+//! up under another (the core renames a device only while it is down); nothing is shown
 //! where debugfs is not built in. What the files show comes from the interface through
 //! [`DebugView`], so this file does not depend on it.
 
@@ -61,7 +62,9 @@ mod files {
     use crate::stats::now_ms;
     use kernel::{
         debugfs::{Dir, File, SeqFile, Show},
+        new_mutex,
         str::CString,
+        sync::Mutex,
     };
 
     /// The `ipoib` directory at the root of debugfs, while the module is loaded.
@@ -103,12 +106,40 @@ mod files {
         File::new(dir, &file_name, Arc::new(view, GFP_KERNEL)?)
     }
 
-    /// The files of one interface, removed on drop.
-    pub(crate) struct DebugFiles {
+    /// The three files of one interface under one name, removed on drop.
+    struct Files {
+        name: CString,
         _groups: File<Groups>,
         _paths: File<Paths>,
         _connections: File<Connections>,
     }
+
+    impl Files {
+        fn new(dir: &Arc<Dir>, name: &CStr, view: &Arc<dyn DebugView>) -> Result<Self> {
+            Ok(Self {
+                name: CString::try_from_fmt(kernel::fmt!("{name}"))?,
+                _groups: file(dir, name, "mcg", Groups(view.clone()))?,
+                _paths: file(dir, name, "path", Paths(view.clone()))?,
+                _connections: file(dir, name, "cm", Connections(view.clone()))?,
+            })
+        }
+    }
+
+    /// What the owner's [`DebugFiles`] and the interface's [`DebugName`] share: what the
+    /// files show and the files (none after a rename that failed), until the owner lets go.
+    #[pin_data]
+    struct Shared {
+        dir: Arc<Dir>,
+        #[pin]
+        state: Mutex<Option<(Arc<dyn DebugView>, Option<Files>)>>,
+    }
+
+    /// The files of one interface, removed on drop (which also lets go of the interface,
+    /// so that the interface holding a [`DebugName`] makes no cycle).
+    pub(crate) struct DebugFiles(Arc<Shared>);
+
+    /// The interface's side of its files: renames them.
+    pub(crate) struct DebugName(Arc<Shared>);
 
     impl DebugFiles {
         /// Creates `<name>_mcg`, `<name>_path` and `<name>_cm` in `root`; `None` without
@@ -121,11 +152,51 @@ mod files {
             let Some(dir) = &root.0 else {
                 return Ok(None);
             };
-            Ok(Some(Self {
-                _groups: file(dir, name, "mcg", Groups(view.clone()))?,
-                _paths: file(dir, name, "path", Paths(view.clone()))?,
-                _connections: file(dir, name, "cm", Connections(view))?,
-            }))
+            let files = Files::new(dir, name, &view)?;
+            let shared = Arc::pin_init(
+                pin_init!(Shared {
+                    dir: dir.clone(),
+                    state <- new_mutex!(Some((view, Some(files))), "DebugFiles::state"),
+                }),
+                GFP_KERNEL,
+            )?;
+            Ok(Some(Self(shared)))
+        }
+
+        /// The handle through which the interface renames the files.
+        pub(crate) fn name(&self) -> DebugName {
+            DebugName(self.0.clone())
+        }
+    }
+
+    impl Drop for DebugFiles {
+        fn drop(&mut self) {
+            let gone = self.0.state.lock().take();
+            drop(gone);
+        }
+    }
+
+    impl DebugName {
+        /// Gives the files the name `name` if the interface has another one now (process
+        /// context). The old ones go first, since another device may take the old name;
+        /// should the new ones fail (another device still has that name), there are none
+        /// until the next rename.
+        pub(crate) fn follow(&self, name: &CStr) {
+            let mut state = self.0.state.lock();
+            let Some((view, files)) = state.as_mut() else {
+                return;
+            };
+            if files
+                .as_ref()
+                .is_some_and(|f| f.name.as_bytes() == name.as_bytes())
+            {
+                return;
+            }
+            drop(files.take());
+            match Files::new(&self.0.dir, name, view) {
+                Ok(new) => *files = Some(new),
+                Err(e) => pr_info!("{}: no debugfs files under this name ({:?})\n", name, e),
+            }
         }
     }
 }
@@ -147,6 +218,9 @@ mod files {
     /// Without debugfs there are no files.
     pub(crate) struct DebugFiles;
 
+    /// Nor names to follow.
+    pub(crate) struct DebugName;
+
     impl DebugFiles {
         pub(crate) fn new(
             _root: &DebugRoot,
@@ -155,6 +229,14 @@ mod files {
         ) -> Result<Option<Self>> {
             Ok(None)
         }
+
+        pub(crate) fn name(&self) -> DebugName {
+            DebugName
+        }
+    }
+
+    impl DebugName {
+        pub(crate) fn follow(&self, _name: &CStr) {}
     }
 }
 

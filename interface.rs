@@ -13,7 +13,7 @@
 
 use crate::{
     child::{Children, Maker, Role},
-    debugfs::DebugView,
+    debugfs::{DebugName, DebugView},
     ethtool::{self, EthtoolState},
     fabric::{Answered, SaOwner, SaPort},
     ipoib_cm::ConnectedMode,
@@ -42,14 +42,14 @@ use kernel::{
         rtnl::{Rtnl, RtnlGuard},
         skb::SkBuff,
     },
-    new_spinlock,
+    new_mutex, new_spinlock,
     prelude::*,
     rdma::{
         device::{Device, DeviceRef, Mtu, PortState, Protocol},
         pd::ProtectionDomain,
         sa::SaClient,
     },
-    sync::{Arc, ArcBorrow, SpinLock},
+    sync::{Arc, ArcBorrow, Mutex, SpinLock},
     time::msecs_to_jiffies,
     types::ARef,
     workqueue::{
@@ -174,6 +174,9 @@ pub(crate) struct Interface {
     /// turns on (holding it longer would keep it from being unregistered).
     #[pin]
     netdev: SpinLock<Option<ARef<NetDevice>>>,
+    /// Renames the debugfs files when the interface comes up under a new name.
+    #[pin]
+    debug_name: Mutex<Option<DebugName>>,
     /// Link speed and receive coalescing, for ethtool.
     pub(crate) ethtool: EthtoolState,
     #[pin]
@@ -375,6 +378,7 @@ impl Interface {
                 up: AtomicBool::new(false),
                 fabric_changed: AtomicBool::new(false),
                 netdev <- new_spinlock!(None, "Interface::netdev"),
+                debug_name <- new_mutex!(None, "Interface::debug_name"),
                 ethtool: EthtoolState::new(facts.speed_mbps),
                 resolve_work <- new_work!("Interface::resolve_work"),
                 mcast_work <- new_work!("Interface::mcast_work"),
@@ -479,6 +483,18 @@ impl Interface {
     /// Where the interface stands among those of its port.
     pub(crate) fn role(&self) -> &Role<Interface> {
         &self.role
+    }
+
+    /// Takes the handle that renames the interface's debugfs files.
+    pub(crate) fn attach_debug_name(&self, name: DebugName) {
+        *self.debug_name.lock() = Some(name);
+    }
+
+    /// Gives the debugfs files the name `dev` has now (process context, from `open`).
+    pub(crate) fn follow_debug_name(&self, dev: &NetDevice) {
+        if let Some(name) = self.debug_name.lock().as_ref() {
+            name.follow(dev.name().as_c_str());
+        }
     }
 
     /// The `umcast` setting.

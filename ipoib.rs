@@ -15,7 +15,7 @@ use kernel::{
     c_str,
     net::{
         dev::{NetDevice, Registration},
-        link::LinkKind,
+        link::{LinkKind, LinkRegistration},
         napi::NapiHandle,
     },
     prelude::*,
@@ -73,7 +73,10 @@ module! {
 }
 
 struct IpoibModule {
+    /// Dropped first: every port's interface goes, children with their parent.
     _client: client::Registration<IpoibClient>,
+    /// Then the `ip link` kind, deleting any device of the kind left and waiting for it.
+    _link: LinkRegistration<IpoibNetdev>,
 }
 
 /// What every interface is created with.
@@ -92,11 +95,10 @@ const LINK_KIND: &CStr = c_str!("ipoib");
 impl kernel::Module for IpoibModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         params::check()?;
-        let link_kind = LinkKind::register(LINK_KIND, netdev::LINK_MAXTYPE)?;
-        // The kind is unregistered once the last interface and the context let go of it.
+        let link = LinkKind::register(LINK_KIND, netdev::LINK_MAXTYPE)?;
         let context = Arc::new(
             ClientContext {
-                link_kind,
+                link_kind: link.kind().clone(),
                 debug_root: DebugRoot::new(),
                 sa_client: SaClient::new()?,
             },
@@ -104,7 +106,10 @@ impl kernel::Module for IpoibModule {
         )?;
         let client = client::Registration::new(context)?;
         pr_info!("loaded\n");
-        Ok(Self { _client: client })
+        Ok(Self {
+            _client: client,
+            _link: link,
+        })
     }
 }
 
@@ -338,6 +343,9 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
         pr_info!("{}: no debugfs files ({:?})\n", netdev.device().name(), e);
         None
     });
+    if let Some(files) = &debug {
+        interface.attach_debug_name(files.name());
+    }
     Ok(IpoibPort {
         port,
         interface,

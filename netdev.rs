@@ -7,6 +7,7 @@
 
 use crate::{
     child::{parse_pkey, ChildInterface, Children, Request},
+    debugfs::DebugName,
     interface::{Interface, TX_TIMEOUT_MS},
     stats,
     wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN, MIN_MTU},
@@ -138,6 +139,7 @@ impl Operations for IpoibNetdev {
     fn open(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result {
         // The core renames a device only while it is down.
         iface.log_name.update(dev);
+        iface.follow_debug_name(dev);
         // A new device starts with its carrier on. Off first: on InfiniBand the multicast
         // work item turns it on once the broadcast group is joined, maybe before `start`
         // returns.
@@ -388,6 +390,10 @@ impl Operations for IpoibNetdev {
 
 impl ChildInterface for Interface {
     type Ops = IpoibNetdev;
+
+    fn attach_debug_name(&self, name: DebugName) {
+        Interface::attach_debug_name(self, name)
+    }
 
     fn children(&self) -> &Children<Self> {
         Interface::children(self)

@@ -75,7 +75,9 @@ impl PathResolver {
 
     /// The address handle for datagrams to `gid` on RoCE, in `pd` (process context:
     /// providers such as rxe may not make one in softirq context). Multicast stays on the
-    /// link; a unicast MAC is resolved as the handle is made.
+    /// link. A unicast peer's MAC follows from its link-local GID (the handle is not
+    /// resolved by the core); rxe needs it to deliver to its own port (a child, or the
+    /// parent of one), which the IP route, through `lo`, does not reach.
     fn roce_address_handle(
         &self,
         pd: &Arc<ProtectionDomain>,
@@ -84,7 +86,7 @@ impl PathResolver {
         let (hops, dmac) = if gid.is_multicast() {
             (1, wire::multicast_mac(gid))
         } else {
-            (64, [0; 6])
+            (64, gid.link_local_mac().unwrap_or([0; 6]))
         };
         let attr = AhAttr::roce(self.port, GID_INDEX as u8, &device::Gid(gid.0), hops, dmac);
         AddressHandle::new(pd, &attr)

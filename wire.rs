@@ -70,6 +70,14 @@ impl Gid {
     pub fn is_multicast(&self) -> bool {
         self.0[0] == 0xff
     }
+
+    /// The MAC address a link-local GID was made from (fe80::/64 with a modified EUI-64
+    /// interface ID, the default GID of a RoCE port), `None` for other GIDs.
+    pub fn link_local_mac(&self) -> Option<[u8; 6]> {
+        let g = &self.0;
+        let link_local = g[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && g[11] == 0xff && g[12] == 0xfe;
+        link_local.then(|| [g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]])
+    }
 }
 
 /// Copies the first `N` bytes of `bytes`, which the caller knows to be long enough.

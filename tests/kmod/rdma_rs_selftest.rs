@@ -429,6 +429,25 @@ fn mixed_devices(a: &Endpoint, b: &Endpoint) -> Result {
     }
 }
 
+/// Memory the device must not write, or cannot reach, and a handle of another domain: each
+/// post comes back with `EINVAL`, its buffer with it.
+fn foreign_posts(a: &Endpoint, b: &Endpoint, ah_a: &Arc<AddressHandle>) -> Result {
+    let refused = |posted: core::result::Result<(), Error>| match posted {
+        Err(e) if e == EINVAL => Ok(()),
+        Err(e) => Err(e),
+        Ok(()) => Err(EEXIST),
+    };
+    let read_only = DmaBuffer::new(&b.device, RECV_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
+    refused(b.qp.post_recv(read_only).map_err(|(e, _)| e))?;
+    let elsewhere = DmaBuffer::new(&a.device, RECV_LEN, DmaDirection::FromDevice, GFP_KERNEL)?;
+    refused(b.qp.post_recv(elsewhere).map_err(|(e, _)| e))?;
+    let send = DmaBuffer::new(&b.device, PAYLOAD_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
+    refused(
+        b.qp.post_send_ud(send, PAYLOAD_LEN, ah_a, a.qp.qp_num(), QKEY)
+            .map_err(|(e, _)| e),
+    )
+}
+
 /// The IPoIB broadcast group of P_Key 0xffff.
 const MGID: Gid = Gid([
     0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
@@ -947,6 +966,10 @@ fn run(report: &mut Report) -> Result {
     report.check(
         "a queue pair on one device's PD with another device's completion queue refused (EINVAL)",
         mixed_devices(&a, &b),
+    );
+    report.check(
+        "posts refused (EINVAL): a receive into a buffer mapped for sending, or another device's, a send through another domain's address handle",
+        foreign_posts(&a, &b, &ah),
     );
 
     // A datagram with another Q_Key must be dropped by the receiver.

@@ -163,3 +163,22 @@ fn multicast_list_keeps_the_groups_c_keeps() {
         .unwrap()
         .is_group_of(&bcast));
 }
+
+#[test]
+fn link_local_gid_gives_its_mac() {
+    // fe80::5054:ff:fe12:3456 was made from 52:54:00:12:34:56 (universal/local bit flipped).
+    let g = Gid([
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56,
+    ]);
+    assert_eq!(
+        g.link_local_mac(),
+        Some([0x52, 0x54, 0x00, 0x12, 0x34, 0x56])
+    );
+    // A global prefix, or an interface ID not made from a MAC: none.
+    let mut global = g;
+    global.0[0] = 0x20;
+    let mut not_eui = g;
+    not_eui.0[11] = 0x00;
+    assert_eq!(global.link_local_mac(), None);
+    assert_eq!(not_eui.link_local_mac(), None);
+}

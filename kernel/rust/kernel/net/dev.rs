@@ -1046,8 +1046,8 @@ struct Private<T: Operations> {
     napi: Option<NapiHandle>,
     /// The sysfs files; installed as the device's first group.
     _attributes: Option<KBox<AttributeTable<T>>>,
-    /// The kind whose operations `rtnl_link_ops` points to: kept until the device is
-    /// released, so a kind is never unregistered with devices of it left.
+    /// The kind whose operations `rtnl_link_ops` points to: its memory kept until the device
+    /// is released (its registration is the module's: see [`super::link`]).
     link_kind: Option<Arc<LinkKind<T>>>,
     /// Whether a [`Registration`] owns the device: only dropping it unregisters the device,
     /// never `ip link del`.

@@ -5,9 +5,12 @@
 //!
 //! C header: [`include/net/rtnetlink.h`](srctree/include/net/rtnetlink.h).
 //!
-//! A [`LinkKind`] is registered once per driver and attached to its devices with
-//! [`super::dev::Registration::set_link_kind`]; each device keeps the kind alive, so the
-//! kind is unregistered only after all its devices are gone.
+//! A [`LinkKind`] is registered once per driver, by a [`LinkRegistration`] the module
+//! owns, and attached to its devices with [`super::dev::Registration::set_link_kind`].
+//! Devices keep the kind's memory alive but do not count for its registration: the module
+//! unregisters it when it goes, which deletes the devices the core made of the kind and
+//! waits for them, so none outlives the module's code, and a device released last only
+//! frees memory (unregistering from its release would wait for that very device).
 //!
 //! Drivers that implement [`Operations::new_link`] also let `ip link add link PARENT ...`
 //! make devices on top of theirs, and may make such devices themselves
@@ -33,7 +36,10 @@ use crate::{
     sync::{Arc, ArcBorrow},
     types::{ARef, Opaque},
 };
-use core::marker::PhantomData;
+use core::{
+    marker::PhantomData,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 /// Bytes an attribute with a payload of `payload` bytes takes in a message
 /// (`nla_total_size`).
@@ -43,17 +49,45 @@ pub const fn attr_size(payload: usize) -> usize {
     (NLA_HDRLEN + payload + NLA_ALIGNTO - 1) & !(NLA_ALIGNTO - 1)
 }
 
-/// A registered link kind for the devices of `T`; unregistered when the last device and the
-/// owner let go of it.
+/// A link kind for the devices of `T`, registered while its [`LinkRegistration`] lives.
 ///
 /// # Invariants
 ///
-/// `ops` is registered with `rtnl_link_register` and names the callbacks of `T`.
-#[pin_data(PinnedDrop)]
+/// `ops` names the callbacks of `T`; it is registered with `rtnl_link_register` from
+/// creation until `registered` turns false (under RTNL), then unregistered.
+#[pin_data]
 pub struct LinkKind<T: Operations> {
     #[pin]
     ops: Opaque<bindings::rtnl_link_ops>,
+    registered: AtomicBool,
     _ops: PhantomData<T>,
+}
+
+/// The registration of a [`LinkKind`], owned by the module: dropping it (in process
+/// context, without RTNL, before the module's code goes) unregisters the kind, which
+/// deletes every device the core made of it and waits until they are released.
+pub struct LinkRegistration<T: Operations> {
+    kind: Arc<LinkKind<T>>,
+}
+
+impl<T: Operations> LinkRegistration<T> {
+    /// The kind, for devices and for [`LinkKind::create`].
+    pub fn kind(&self) -> &Arc<LinkKind<T>> {
+        &self.kind
+    }
+}
+
+impl<T: Operations> Drop for LinkRegistration<T> {
+    fn drop(&mut self) {
+        // After this no device of the kind can be made ([`LinkKind::create`] checks under
+        // RTNL); those made before are deleted below.
+        let rtnl = super::rtnl::RtnlGuard::lock();
+        self.kind.registered.store(false, Ordering::Relaxed);
+        drop(rtnl);
+        // SAFETY: By the type invariant `ops` is registered, and only this, the kind's one
+        // registration, unregisters it.
+        unsafe { bindings::rtnl_link_unregister(self.kind.ops.get()) };
+    }
 }
 
 // SAFETY: The core reads `ops` under RTNL; Rust never touches it after registration.
@@ -63,7 +97,7 @@ unsafe impl<T: Operations> Sync for LinkKind<T> {}
 
 impl<T: Operations> LinkKind<T> {
     /// Registers kind `kind` whose attributes (`IFLA_INFO_DATA`) go up to `maxtype`.
-    pub fn register(kind: &'static CStr, maxtype: u32) -> Result<Arc<Self>> {
+    pub fn register(kind: &'static CStr, maxtype: u32) -> Result<LinkRegistration<T>> {
         let this = Arc::pin_init(
             pin_init!(Self {
                 ops <- Opaque::ffi_init(|slot: *mut bindings::rtnl_link_ops| {
@@ -89,15 +123,16 @@ impl<T: Operations> LinkKind<T> {
                         (*slot).fill_info = Some(fill_info_callback::<T>);
                     }
                 }),
+                registered: AtomicBool::new(true),
                 _ops: PhantomData,
             }),
             GFP_KERNEL,
         )?;
-        // SAFETY: `ops` is initialised and pinned inside the `Arc` for as long as it is
-        // registered (until `drop`).
+        // SAFETY: `ops` is initialised and pinned inside the `Arc`, which outlives its
+        // registration (the registration holds it).
         to_result(unsafe { bindings::rtnl_link_register(this.ops.get()) })?;
-        // INVARIANT: registered just above.
-        Ok(this)
+        // INVARIANT: registered just above, until the registration made here drops.
+        Ok(LinkRegistration { kind: this })
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::rtnl_link_ops {
@@ -117,6 +152,11 @@ impl<T: Operations> LinkKind<T> {
         napi: Option<&NapiHandle>,
         configure: impl FnOnce(&mut Setup) -> Result,
     ) -> Result<LinkDevice<T>> {
+        // RTNL is held: the registration cannot end meanwhile. Once it has ended, a device
+        // made now would escape its deletion.
+        if !self.registered.load(Ordering::Relaxed) {
+            return Err(ENODEV);
+        }
         let dev = alloc::<T>(name, bindings::NET_NAME_USER)?;
         let raw = dev.as_ptr();
         // SAFETY: Allocated just above for `T`; ours alone.
@@ -224,16 +264,6 @@ impl<T: Operations> NewLink<'_, T> {
             // Registered just above, not owned by a registration.
             Ok(LinkDevice::new(self.dev))
         }
-    }
-}
-
-#[pinned_drop]
-impl<T: Operations> PinnedDrop for LinkKind<T> {
-    fn drop(self: Pin<&mut Self>) {
-        // SAFETY: By the type invariant `ops` is registered. Every device of the kind holds
-        // a reference to us and is unregistered before letting go, so none is left for the
-        // core to delete.
-        unsafe { bindings::rtnl_link_unregister(self.ops.get()) };
     }
 }
 

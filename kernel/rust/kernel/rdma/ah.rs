@@ -142,7 +142,7 @@ impl Drop for AhAttr {
 /// `ah` was returned by `rdma_create_ah` in `pd` and is destroyed only in `drop`.
 pub struct AddressHandle {
     ah: NonNull<bindings::ib_ah>,
-    _pd: Arc<ProtectionDomain>,
+    pd: Arc<ProtectionDomain>,
 }
 
 // SAFETY: The core allows address handles to be used and destroyed from any thread.
@@ -176,17 +176,16 @@ impl AddressHandle {
         let ah = NonNull::new(ah).ok_or(EINVAL)?;
         // INVARIANT: `ah` was just created in `pd`.
         let gfp = if flags == 0 { GFP_ATOMIC } else { GFP_KERNEL };
-        Ok(Arc::new(
-            Self {
-                ah,
-                _pd: pd.clone(),
-            },
-            gfp,
-        )?)
+        Ok(Arc::new(Self { ah, pd: pd.clone() }, gfp)?)
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_ah {
         self.ah.as_ptr()
+    }
+
+    /// The protection domain the handle was made in.
+    pub(crate) fn pd(&self) -> &ProtectionDomain {
+        &self.pd
     }
 }
 

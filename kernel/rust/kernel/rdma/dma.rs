@@ -111,6 +111,17 @@ impl DmaBuffer {
         self.addr
     }
 
+    /// Whether `device` may use the buffer: mapped on it, for the device to write it
+    /// (`device_writes`: a receive) or to read it (a send).
+    pub(crate) fn usable_by(&self, device: &Device, device_writes: bool) -> bool {
+        let allowed = match self.dir {
+            DmaDirection::Bidirectional => true,
+            DmaDirection::FromDevice => device_writes,
+            DmaDirection::ToDevice => !device_writes,
+        };
+        allowed && self.device.as_raw() == device.as_raw()
+    }
+
     /// Hands the bytes to the device (before posting).
     pub(crate) fn sync_for_device(&self) {
         // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
@@ -338,6 +349,17 @@ impl ScatterBuffer {
     pub(crate) fn sync_for_device(&self) {
         self.head.sync_for_device();
         self.pages.0.iter().for_each(DmaPage::sync_for_device);
+    }
+
+    /// Whether `device` may write every segment: all mapped on it for receiving (pages put
+    /// in by [`PageSegments::replace`] may come from anywhere).
+    pub(crate) fn usable_by(&self, device: &Device) -> bool {
+        self.head.usable_by(device, true)
+            && self
+                .pages
+                .0
+                .iter()
+                .all(|page| page.device.as_raw() == device.as_raw())
     }
 
     pub(crate) fn sync_for_cpu(&self) {

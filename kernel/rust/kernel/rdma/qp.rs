@@ -244,6 +244,8 @@ mod sealed {
         fn sync_for_device(&self);
         /// Takes the memory back for the CPU.
         fn sync_for_cpu(&self);
+        /// Whether `device` may write all of the memory.
+        fn usable_by(&self, device: &super::Device) -> bool;
     }
 }
 
@@ -268,6 +270,9 @@ impl sealed::Sealed for DmaBuffer {
     fn sync_for_cpu(&self) {
         DmaBuffer::sync_for_cpu(self)
     }
+    fn usable_by(&self, device: &Device) -> bool {
+        DmaBuffer::usable_by(self, device, true)
+    }
 }
 impl RecvBuffer for DmaBuffer {}
 
@@ -280,6 +285,9 @@ impl sealed::Sealed for ScatterBuffer {
     }
     fn sync_for_cpu(&self) {
         ScatterBuffer::sync_for_cpu(self)
+    }
+    fn usable_by(&self, device: &Device) -> bool {
+        ScatterBuffer::usable_by(self, device)
     }
 }
 impl RecvBuffer for ScatterBuffer {}
@@ -336,13 +344,17 @@ impl<B: RecvBuffer> RecvRing<B> {
     }
 
     /// Posts `buf` through `post` (which hands the request to the device and returns its
-    /// status); keeps the buffer until its completion.
+    /// status); keeps the buffer until its completion. `EINVAL` unless `device` may write
+    /// all of the buffer.
     pub(crate) fn post(
         &self,
         buf: B,
-        lkey: u32,
+        (device, lkey): (&Device, u32),
         post: impl FnOnce(&bindings::ib_recv_wr) -> c_int,
     ) -> core::result::Result<(), (Error, B)> {
+        if !buf.usable_by(device) {
+            return Err((EINVAL, buf));
+        }
         let mut sges = [bindings::ib_sge::default(); MAX_RECV_SGE];
         let n = match buf.fill_sges(lkey, &mut sges) {
             Ok(n) => n,
@@ -878,12 +890,13 @@ impl<B: RecvBuffer> QueuePair<B> {
         if self.srq.is_some() {
             return Err((EINVAL, buf));
         }
-        self.recv.post(buf, self.pd.local_dma_lkey(), |wr| {
-            let mut bad = core::ptr::null();
-            // SAFETY: `qp` is valid; `wr` is valid for the call and describes a buffer the
-            // ring keeps until the request completes.
-            unsafe { bindings::ib_post_recv(self.qp.as_ptr(), wr, &mut bad) }
-        })
+        self.recv
+            .post(buf, (self.pd.device(), self.pd.local_dma_lkey()), |wr| {
+                let mut bad = core::ptr::null();
+                // SAFETY: `qp` is valid; `wr` is valid for the call and describes a buffer the
+                // ring keeps until the request completes.
+                unsafe { bindings::ib_post_recv(self.qp.as_ptr(), wr, &mut bad) }
+            })
     }
 
     /// Posts the first `len` bytes of `buf` as one datagram to QP `remote_qpn` with Q_Key
@@ -949,7 +962,7 @@ impl<B: RecvBuffer> QueuePair<B> {
         ud: Option<(&Arc<AddressHandle>, u32, u32)>,
     ) -> core::result::Result<(), (Error, DmaBuffer)> {
         let length = match u32::try_from(len) {
-            Ok(l) if len <= buf.len() => l,
+            Ok(l) if len <= buf.len() && buf.usable_by(self.pd.device(), false) => l,
             _ => return Err((EINVAL, buf)),
         };
         let mut sge = [bindings::ib_sge {
@@ -1000,7 +1013,7 @@ impl<B: RecvBuffer> QueuePair<B> {
 
     /// Posts a signalled send of the memory `sges` describe, which `item` owns; on success
     /// keeps `item` (as `keep` makes it a payload) in the request's slot, on failure hands it
-    /// back with the error.
+    /// back with the error (`EINVAL` for an address handle of another protection domain).
     fn post_wr<T>(
         &self,
         item: T,
@@ -1011,6 +1024,9 @@ impl<B: RecvBuffer> QueuePair<B> {
         let Ok(num_sge) = c_int::try_from(sges.len()) else {
             return Err((EINVAL, item));
         };
+        if ud.is_some_and(|(ah, _, _)| ah.pd().as_raw() != self.pd.as_raw()) {
+            return Err((EINVAL, item));
+        }
         let mut slots = self.send.lock();
         let Some(index) = slots.free_index() else {
             return Err((ENOSPC, item));

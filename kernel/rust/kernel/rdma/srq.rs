@@ -188,12 +188,13 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
     /// Posts `buf` for the next message any attached queue pair receives. On failure the
     /// buffer comes back with the error.
     pub fn post_recv(&self, buf: B) -> core::result::Result<(), (Error, B)> {
-        self.ring.post(buf, self.pd.local_dma_lkey(), |wr| {
-            let mut bad = core::ptr::null();
-            // SAFETY: `srq` is valid; `wr` is valid for the call and describes a buffer the
-            // ring keeps until the request completes.
-            unsafe { bindings::ib_post_srq_recv(self.srq.as_ptr(), wr, &mut bad) }
-        })
+        self.ring
+            .post(buf, (self.pd.device(), self.pd.local_dma_lkey()), |wr| {
+                let mut bad = core::ptr::null();
+                // SAFETY: `srq` is valid; `wr` is valid for the call and describes a buffer the
+                // ring keeps until the request completes.
+                unsafe { bindings::ib_post_srq_recv(self.srq.as_ptr(), wr, &mut bad) }
+            })
     }
 
     /// Takes back the buffer of the receive that `wc` (from any attached queue pair)

@@ -10,7 +10,7 @@
 
 NS=ipoibkids
 
-one_host_begin 18
+one_host_begin 19
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -127,6 +127,21 @@ ipoib_check "ip link add ... type ipoib umcast 2: made with umcast on" eval '
 		ip -d link show "$ib_a.k5" | grep -Eq "umcast +0001" && ip link del "$ib_a.k5"'
 
 ipoib_check "ip link del $ib_a.k2" eval "ip link del $ib_a.k2 && ! ip link show $ib_a.k2 2>/dev/null"
+# The debugfs files follow a rename (which the core allows only while the interface is
+# down) when the interface comes up, and back.
+renamed_files() {
+	local d=/sys/kernel/debug/ipoib was_up= named
+	ip link show "$ib_b" | grep -q ",UP" && was_up=1
+	ip link set "$ib_b" down && ip link set "$ib_b" name ipoibren && ip link set ipoibren up || return 1
+	ls "$d" | grep -E "^(ipoibren|$ib_b)_"
+	[ -e "$d/ipoibren_mcg" ] && [ -e "$d/ipoibren_path" ] && [ -e "$d/ipoibren_cm" ] &&
+		[ ! -e "$d/${ib_b}_mcg" ]
+	named=$?
+	ip link set ipoibren down && ip link set ipoibren name "$ib_b" && ip link set "$ib_b" up || return 1
+	[ -n "$was_up" ] || ip link set "$ib_b" down
+	[ "$named" = 0 ] && [ -e "$d/${ib_b}_mcg" ] && [ ! -e "$d/ipoibren_mcg" ]
+}
+ipoib_check "debugfs files renamed with the interface ($ib_b -> ipoibren -> $ib_b) when it comes up" renamed_files
 
 param() { echo "/sys/module/$MODULE/parameters/$1"; }
 debug_params() {

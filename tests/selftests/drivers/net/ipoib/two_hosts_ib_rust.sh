@@ -210,6 +210,9 @@ ipoib_check "$role: traffic resumes without reloading (ARP again, a big ping ove
 	eval 'ip neigh flush dev ib0; wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer"'
 
 # --- opensm restarted with other LIDs (LMC 1 and reassigned): paths follow.
+# peer_dlids: the DLIDs of our paths, as debugfs lists them (the peer's, after the pings).
+peer_dlids() { sed -n 's/^  DLID: *0x0*\([0-9a-f]*\)$/\1/p' /sys/kernel/debug/ipoib/ib0_path | sort -u; }
+old_dlids=$(peer_dlids)
 both_at 7215
 old_lid=$(ib_lid)
 klog_mark
@@ -228,8 +231,11 @@ resumed() {
 	ip neigh flush dev ib0
 	wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer" || return 1
 	cat /sys/kernel/debug/ipoib/ib0_path
-	# The path now leads to the peer's new LID (the path query is answered anew).
-	! grep -q "DLID:     0x000[12]$" /sys/kernel/debug/ipoib/ib0_path
+	# The path now leads to the peer's new LID (the path query is answered anew), not to
+	# one it had before (which LIDs opensm gives which port varies: compare, not assume).
+	echo "DLIDs before: $(echo $old_dlids), now: $(echo $(peer_dlids))"
+	[ -n "$old_dlids" ] && [ -n "$(peer_dlids)" ] &&
+		! peer_dlids | grep -qxF "$old_dlids"
 }
 ipoib_check "$role: traffic resumes over paths to the new LIDs" resumed
 
