@@ -14,7 +14,7 @@
 //! reaches it through [`ChildInterface`], which `netdev.rs` implements for it.
 
 use crate::{
-    debugfs::{DebugFiles, DebugName, DebugRoot, DebugView},
+    debugfs::{debug_files_of, DebugFiles, DebugName, DebugRoot, DebugView},
     wire::{HwAddr, PKEY_FULL_MEMBER},
 };
 use kernel::{
@@ -237,16 +237,7 @@ impl<I: ChildInterface> Children<I> {
             hw_addr
         );
         let made = (interface.clone(), dev.device().into());
-        // Debugging aids only: the interface works without them.
-        let debug = DebugFiles::new(
-            &maker.debug_root,
-            dev.device().name().as_c_str(),
-            interface.clone(),
-        )
-        .unwrap_or_else(|e| {
-            pr_info!("{}: no debugfs files ({:?})\n", dev.device().name(), e);
-            None
-        });
+        let debug = debug_files_of(&maker.debug_root, dev.device(), interface.clone());
         if let Some(files) = &debug {
             interface.attach_debug_name(files.name());
         }

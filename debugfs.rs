@@ -8,7 +8,7 @@
 //! [`DebugView`], so this file does not depend on it.
 
 use core::fmt::{self, Write};
-use kernel::{prelude::*, sync::Arc};
+use kernel::{net::dev::NetDevice, prelude::*, sync::Arc};
 
 /// What an interface shows in its debugfs files; `now` is the time idle times end at
 /// ([`crate::stats::now_ms`]).
@@ -241,3 +241,16 @@ mod files {
 }
 
 pub(crate) use files::*;
+
+/// The files of the interface of `dev`, showing `view`: debugging aids only, so without
+/// them (one line says why) the interface works all the same.
+pub(crate) fn debug_files_of(
+    root: &DebugRoot,
+    dev: &NetDevice,
+    view: Arc<dyn DebugView>,
+) -> Option<DebugFiles> {
+    DebugFiles::new(root, dev.name().as_c_str(), view).unwrap_or_else(|e| {
+        pr_info!("{}: no debugfs files ({:?})\n", dev.name(), e);
+        None
+    })
+}

@@ -57,7 +57,7 @@ mod stats;
 /// Wire formats, shared byte for byte with C peers; also built and tested on the host.
 pub mod wire;
 
-use debugfs::{DebugFiles, DebugRoot};
+use debugfs::{debug_files_of, DebugFiles, DebugRoot};
 use interface::{Interface, PortFacts};
 
 /// The name the core's resource tracking shows for our queues and queue pairs.
@@ -333,16 +333,7 @@ fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort
             "datagram"
         }
     );
-    // Debugging aids only: the interface works without them.
-    let debug = DebugFiles::new(
-        &ctx.debug_root,
-        netdev.device().name().as_c_str(),
-        interface.clone(),
-    )
-    .unwrap_or_else(|e| {
-        pr_info!("{}: no debugfs files ({:?})\n", netdev.device().name(), e);
-        None
-    });
+    let debug = debug_files_of(&ctx.debug_root, netdev.device(), interface.clone());
     if let Some(files) = &debug {
         interface.attach_debug_name(files.name());
     }
