@@ -102,6 +102,9 @@ pub(crate) struct TxLink {
     qp: Pin<KBox<QueuePair>>,
     cq: Arc<CompletionQueue<TxCqEvents>>,
     credits: Arc<SendCredits>,
+    /// The destination LID of the connection's path (InfiniBand), shown in debugfs: a
+    /// connection set up after the fabric changed uses the path the SA gives now.
+    dlid: Option<u16>,
 }
 
 impl Drop for TxLink {
@@ -155,22 +158,31 @@ pub(crate) struct TxConnection {
 impl TxConnection {
     /// One line for debugfs (`<if>_cm`): peer, state, queue pair, MTU, traffic.
     pub(crate) fn show(&self, out: &mut dyn core::fmt::Write, now: i64) -> core::fmt::Result {
-        let (phase, qpn) = {
+        let (phase, qpn, dlid) = {
             let s = self.state.lock();
-            (s.phase, s.link.as_ref().map(|l| l.qp.qp_num()))
+            let link = s.link.as_ref();
+            (
+                s.phase,
+                link.map(|l| l.qp.qp_num()),
+                link.and_then(|l| l.dlid),
+            )
         };
         write!(out, "tx peer {} state {:?} qpn ", self.dest, phase)?;
         match qpn {
             Some(qpn) => write!(out, "0x{qpn:06x}")?,
             None => out.write_str("-")?,
         }
-        writeln!(
+        write!(
             out,
             " mtu {} packets {} idle {} ms",
             self.mtu.load(Ordering::Relaxed),
             self.packets.load(Ordering::Relaxed),
             now - self.last_ms.load(Ordering::Relaxed)
-        )
+        )?;
+        match dlid {
+            Some(dlid) => writeln!(out, " dlid 0x{dlid:04x}"),
+            None => writeln!(out),
+        }
     }
 
     pub(crate) fn new(cm: Arc<dyn CmOwner>, dest: HwAddr) -> Result<Arc<Self>> {
@@ -298,6 +310,7 @@ impl TxConnection {
                 qp,
                 cq,
                 credits: port.credits.clone(),
+                dlid: port.resolver.has_sa().then(|| path.dlid()),
             },
             GFP_KERNEL,
         )?;

@@ -178,7 +178,7 @@ both_at 7211
 if [ "$role" = server ]; then
 	# With a broadcast group of MTU 512 (code 2), below the port's 1024.
 	echo "P8002=0x8002, ipoib, mtu=2 : ALL=full ;" >>"$OPENSM_PARTITIONS"
-	pkill -HUP -x opensm
+	kill -HUP $(pidof opensm)
 fi
 later_pkey() {
 	wait_for 90 carrier ib0.8002 || { cat /sys/class/infiniband/$IB_DEV/ports/1/pkeys/[0-3]; return 1; }
@@ -210,8 +210,15 @@ ipoib_check "$role: traffic resumes without reloading (ARP again, a big ping ove
 	eval 'ip neigh flush dev ib0; wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer"'
 
 # --- opensm restarted with other LIDs (LMC 1 and reassigned): paths follow.
-# peer_dlids: the DLIDs of our paths, as debugfs lists them (the peer's, after the pings).
-peer_dlids() { sed -n 's/^  DLID: *0x0*\([0-9a-f]*\)$/\1/p' /sys/kernel/debug/ipoib/ib0_path | sort -u; }
+# peer_dlids: the DLIDs of our paths, as debugfs lists them (the peer's, after the pings):
+# those of datagrams (ib0_path) and of connections (ib0_cm; in connected mode the client
+# may have sent the peer no unicast datagram at all).
+peer_dlids() {
+	{
+		sed -n 's/^  DLID: *0x0*\([0-9a-f]*\)$/\1/p' /sys/kernel/debug/ipoib/ib0_path
+		sed -n 's/^tx peer .* dlid 0x0*\([0-9a-f]*\)$/\1/p' /sys/kernel/debug/ipoib/ib0_cm
+	} | sort -u
+}
 old_dlids=$(peer_dlids)
 both_at 7215
 old_lid=$(ib_lid)
@@ -230,7 +237,7 @@ both_at 7216
 resumed() {
 	ip neigh flush dev ib0
 	wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer" || return 1
-	cat /sys/kernel/debug/ipoib/ib0_path
+	cat /sys/kernel/debug/ipoib/ib0_path /sys/kernel/debug/ipoib/ib0_cm
 	# The path now leads to the peer's new LID (the path query is answered anew), not to
 	# one it had before (which LIDs opensm gives which port varies: compare, not assume).
 	echo "DLIDs before: $(echo $old_dlids), now: $(echo $(peer_dlids))"
@@ -267,7 +274,7 @@ new_neigh() {
 ipoib_check "$role: traffic resumes; ARP gives the peer's address with its new GID" new_neigh
 
 both_at 7217
-pkill netserver
+kill $(pidof netserver) 2>/dev/null
 ipoib_check "$role: children deleted, driver unloaded" \
 	eval 'ip link del ib0.8001 && ip link del ib0.8002 && rmmod ib_ipoib && ! test -d /sys/class/net/ib0'
 KLOG_MARK=$start_mark
