@@ -24,7 +24,7 @@ use kernel::{
         cq::{CompletionQueue, RawCompletionQueue},
         device::{DeviceRef, Mtu},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpEventHandler, QpType, QueuePair, RecvBuffer, SharedQueue},
+        qp::{QpCaps, QpChange, QpEventHandler, QpType, QueuePair, RecvBuffer, SharedQueue},
     },
     sync::Arc,
 };
@@ -143,7 +143,14 @@ impl CmShared {
             events,
             crate::OWNER,
         )?;
-        qp.init_rc(self.port, self.partition.get().ok_or(ENODEV)?)?;
+        // INIT with local writes only: the CM moves it on to RTR and RTS.
+        let pkey_index = self.partition.get().ok_or(ENODEV)?;
+        qp.modify(
+            &QpChange::to_init()
+                .port(self.port)
+                .pkey_index(pkey_index)
+                .local_write(),
+        )?;
         Ok(qp)
     }
 }

@@ -339,6 +339,9 @@ impl TxConnection {
                 retry_count,
                 rnr_retry_count,
                 max_cm_retries: 15,
+                cm_response_timeout: 20,
+                // Where C starts: at the queue pair number.
+                starting_psn: link.qp.qp_num(),
             },
         )?;
         Ok(id)

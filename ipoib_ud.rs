@@ -33,7 +33,7 @@ use kernel::{
         device::{Device, DeviceRef},
         dma::{DmaBuffer, DmaDirection, MAX_SKB_SEGMENTS},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpType, QueuePair, State},
+        qp::{QpCaps, QpChange, QpType, QueuePair, State},
     },
     sync::{Arc, ArcBorrow},
     workqueue::{self, impl_has_work, new_work, Work, WorkItem},
@@ -116,6 +116,19 @@ pub(crate) struct UdDatapath {
     recover_work: Work<UdDatapath, RECOVER_WORK>,
 }
 
+/// Brings a new (or reset) UD queue pair up as IPoIB uses it (C: `ipoib_init_qp`): on
+/// `port` in the partition at `pkey_index`, taking datagrams with `qkey`, sending from PSN 0.
+fn bring_up(qp: &QueuePair, port: u32, pkey_index: u16, qkey: u32) -> Result {
+    qp.modify(
+        &QpChange::to_init()
+            .port(port)
+            .pkey_index(pkey_index)
+            .qkey(qkey),
+    )?;
+    qp.modify(&QpChange::to_ready_to_receive())?;
+    qp.modify(&QpChange::to_ready_to_send().send_psn(0))
+}
+
 impl UdDatapath {
     /// Sets up the datapath in `pd` as `config` says: CQs driving `napi`, the UD queue pair,
     /// made ready with its receive ring posted if the partition exists.
@@ -159,7 +172,7 @@ impl UdDatapath {
         )?;
         let index = partition.get();
         if let Some(index) = index {
-            qp.ready(port, index, wire::DEFAULT_QKEY)?;
+            bring_up(&qp, port, index, wire::DEFAULT_QKEY)?;
             for _ in 0..recv_ring {
                 qp.post_recv(Self::recv_buffer(device)?)
                     .map_err(|(e, _)| e)?;
@@ -208,7 +221,7 @@ impl UdDatapath {
     /// Sets the Q_Key of our datagrams (the broadcast group's), on the queue pair too.
     pub(crate) fn set_qkey(&self, qkey: u32) -> Result {
         if self.qkey.swap(qkey, Ordering::Relaxed) != qkey && self.readied.get().is_some() {
-            self.qp.set_qkey(qkey)?;
+            self.qp.modify(&QpChange::attributes().qkey(qkey))?;
         }
         Ok(())
     }
@@ -534,8 +547,12 @@ impl UdDatapath {
             },
         )?;
         self.readied.set(None);
-        self.qp
-            .ready(self.port, pkey_index, self.qkey.load(Ordering::Relaxed))?;
+        bring_up(
+            &self.qp,
+            self.port,
+            pkey_index,
+            self.qkey.load(Ordering::Relaxed),
+        )?;
         self.readied.set(Some(pkey_index));
         // NAPI may repost a buffer it took just before the reset: count what is posted.
         let wanted = self.recv_ring as usize;

@@ -26,7 +26,7 @@ use kernel::{
         device::{Device, Mtu},
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpType, QueuePair},
+        qp::{QpCaps, QpChange, QpType, QueuePair},
     },
     sync::Arc,
 };
@@ -149,7 +149,7 @@ fn connect(
     )?;
     // The REQ only names the queue pair; a UC one is never used, so it stays in RESET.
     if qp_type == QpType::Rc {
-        qp.init_rc(PORT, 0)?;
+        qp.modify(&QpChange::to_init().port(PORT).pkey_index(0).local_write())?;
     }
     let end = Arc::new(
         Intruder {
@@ -174,6 +174,8 @@ fn connect(
         retry_count: 7,
         rnr_retry_count: rnr_retry,
         max_cm_retries: 15,
+        cm_response_timeout: 20,
+        starting_psn: cm::random_psn(),
     };
     id.id().send_req(&end.qp, &params)?;
     signal.wait_flag(F_REP | F_REJ | F_BAD, 5000)?;

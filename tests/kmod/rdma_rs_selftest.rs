@@ -23,7 +23,7 @@ use kernel::{
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
         qp::SharedQueue,
-        qp::{QpCaps, QpEvent, QpEventHandler, QpType, QueuePair, RnrTimer, Sent},
+        qp::{QpCaps, QpChange, QpEvent, QpEventHandler, QpType, QueuePair, RnrTimer, Sent, State},
         sa::{JoinState, McHandler, McJoin, McMemberRecord, PathHandler, PathQuery, SaClient},
         srq::{SharedReceiveQueue, SrqEvent, SrqEventHandler},
     },
@@ -221,7 +221,9 @@ impl Endpoint {
             caps,
             OWNER,
         )?;
-        qp.ready(PORT, 0, QKEY)?;
+        qp.modify(&QpChange::to_init().port(PORT).pkey_index(0).qkey(QKEY))?;
+        qp.modify(&QpChange::to_ready_to_receive())?;
+        qp.modify(&QpChange::to_ready_to_send().send_psn(0))?;
         Ok(Self {
             device,
             gid_index,
@@ -429,6 +431,44 @@ fn mixed_devices(a: &Endpoint, b: &Endpoint) -> Result {
     }
 }
 
+/// State changes the transport does not take are refused: a UD queue pair sent to RTS
+/// from RESET, brought to INIT without its Q_Key, or given access flags (RC only); the
+/// change it does take then works.
+fn qp_changes(a: &Endpoint) -> Result {
+    let caps = QpCaps {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+    };
+    let qp = QueuePair::new(
+        QpType::Ud,
+        &a.pd,
+        a.send_cq.clone(),
+        a.recv_cq.clone(),
+        None,
+        caps,
+        OWNER,
+    )?;
+    let init = QpChange::to_init().port(PORT).pkey_index(0);
+    for wrong in [
+        QpChange::to_ready_to_send().send_psn(0),
+        init,
+        init.qkey(QKEY).local_write(),
+    ] {
+        match qp.modify(&wrong) {
+            Err(e) if e == EINVAL => {}
+            Err(e) => return Err(e),
+            Ok(()) => return Err(EEXIST),
+        }
+    }
+    qp.modify(&init.qkey(QKEY))?;
+    match qp.state()? {
+        State::Init => Ok(()),
+        _ => Err(EINVAL),
+    }
+}
+
 /// Memory the device must not write, or cannot reach, and a handle of another domain: each
 /// post comes back with `EINVAL`, its buffer with it.
 fn foreign_posts(a: &Endpoint, b: &Endpoint, ah_a: &Arc<AddressHandle>) -> Result {
@@ -612,7 +652,7 @@ impl RcEnd {
             events,
             OWNER,
         )?;
-        qp.init_rc(PORT, 0)?;
+        qp.modify(&QpChange::to_init().port(PORT).pkey_index(0).local_write())?;
         for _ in 0..2 {
             let buf = DmaBuffer::new(&ep.device, RC_MSG, DmaDirection::FromDevice, GFP_KERNEL)?;
             match &srq {
@@ -777,6 +817,8 @@ fn req_params<'a>(path: &'a PathRecord, sgid_attr: &'a GidAttr, service_id: u64)
         retry_count: 7,
         rnr_retry_count: REQ_RNR_RETRY,
         max_cm_retries: 15,
+        cm_response_timeout: 20,
+        starting_psn: cm::random_psn(),
     }
 }
 
@@ -966,6 +1008,10 @@ fn run(report: &mut Report) -> Result {
     report.check(
         "a queue pair on one device's PD with another device's completion queue refused (EINVAL)",
         mixed_devices(&a, &b),
+    );
+    report.check(
+        "queue pair changes the transport does not take refused (EINVAL): RTS from RESET, INIT without a Q_Key, access flags on UD",
+        qp_changes(&a),
     );
     report.check(
         "posts refused (EINVAL): a receive into a buffer mapped for sending, or another device's, a send through another domain's address handle",

@@ -27,7 +27,7 @@ use kernel::{
         device::{Device, DeviceRef, Gid},
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
-        qp::{QpCaps, QpType, QueuePair, RnrTimer, Sent, SharedQueue},
+        qp::{QpCaps, QpChange, QpType, QueuePair, RnrTimer, Sent, SharedQueue},
         sa::{PathHandler, PathQuery, SaClient},
         srq::SharedReceiveQueue,
     },
@@ -303,7 +303,7 @@ fn rc_qp(
         caps,
         OWNER,
     )?;
-    qp.init_rc(PORT, 0)?;
+    qp.modify(&QpChange::to_init().port(PORT).pkey_index(0).local_write())?;
     Ok(Arc::new(RcEnd { qp, signal }, GFP_KERNEL)?)
 }
 
@@ -384,6 +384,8 @@ fn rc_sender(peer: &Peer) -> Result<Tally> {
             retry_count: 7,
             rnr_retry_count: 7,
             max_cm_retries: 15,
+            cm_response_timeout: 20,
+            starting_psn: cm::random_psn(),
         },
     )?;
     signal.wait_flag(F_REP | F_BAD, 10_000)?;
@@ -420,7 +422,9 @@ fn ud_qp(host: &Host) -> Result<Pin<KBox<QueuePair>>> {
         caps,
         OWNER,
     )?;
-    qp.ready(PORT, 0, QKEY)?;
+    qp.modify(&QpChange::to_init().port(PORT).pkey_index(0).qkey(QKEY))?;
+    qp.modify(&QpChange::to_ready_to_receive())?;
+    qp.modify(&QpChange::to_ready_to_send().send_psn(0))?;
     Ok(qp)
 }
 

@@ -79,13 +79,18 @@ impl Drop for Dir {
 }
 
 /// The text of a file being read (`struct seq_file`); written to with [`core::fmt::Write`].
+///
+/// # Invariants
+///
+/// A `&mut SeqFile` refers to the seq_file of a file being shown, ours alone for the
+/// lifetime of the reference (only `show_callback` makes one).
 #[repr(transparent)]
 pub struct SeqFile(Opaque<bindings::seq_file>);
 
 impl fmt::Write for SeqFile {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        // SAFETY: The seq_file is valid while shown (we are handed it by `show_callback`);
-        // `s` is valid for reads of its length. An overflow is recorded in the seq_file,
+        // SAFETY: The seq_file is valid and ours while shown (type invariant); `s` is valid
+        // for reads of its length. An overflow is recorded in the seq_file,
         // which then shows the file again with a larger buffer.
         unsafe { bindings::seq_write(self.0.get(), s.as_ptr().cast(), s.len()) };
         Ok(())
@@ -100,6 +105,11 @@ pub trait Show: Send + Sync + 'static {
 }
 
 /// What the shared file operations find in a file's inode: the object shown, and how.
+///
+/// # Invariants
+///
+/// `data` points to a `T` that `show` was instantiated for (`show_erased::<T>`), alive as
+/// long as the entry is reachable from a file.
 struct Entry {
     show: unsafe fn(*const c_void, &mut SeqFile) -> Result,
     data: *const c_void,
@@ -128,14 +138,17 @@ pub struct File<T: Show> {
     _dir: Arc<Dir>,
 }
 
-// SAFETY: The raw pointers are owned by the object and only used to remove the file.
+// SAFETY: The dentry and entry are only used to remove the file, from any thread; readers
+// of the file reach `data` (a `T: Send + Sync`) through the entry from their own threads.
 unsafe impl<T: Show> Send for File<T> {}
-// SAFETY: No method changes the object.
+// SAFETY: No method changes the object; `T` is `Sync`.
 unsafe impl<T: Show> Sync for File<T> {}
 
 impl<T: Show> File<T> {
     /// Creates the file `name` (mode 0400) in `dir`, showing `data`.
     pub fn new(dir: &Arc<Dir>, name: &CStr, data: Arc<T>) -> Result<Self> {
+        // INVARIANT: `data` is the `T` of `show_erased::<T>`, kept by the `File` as long as
+        // the entry.
         let entry = KBox::new(
             Entry {
                 show: show_erased::<T>,
@@ -181,6 +194,11 @@ impl<T: Show> Drop for File<T> {
 }
 
 /// The file operations of every [`File`]: `single_open` over the entry in the inode.
+///
+/// # Invariants
+///
+/// The operations are never changed; their `owner` is null (they live in the kernel
+/// image, never unloaded).
 struct FileOperations(bindings::file_operations);
 
 // SAFETY: The operations are never changed and only read by the VFS.
@@ -215,12 +233,17 @@ unsafe extern "C" fn open_callback(
 /// Called by `seq_read` for a file opened by `open_callback`, through debugfs's removal
 /// protection: the entry and its object are alive.
 unsafe extern "C" fn show_callback(m: *mut bindings::seq_file, _v: *mut c_void) -> c_int {
+    // SAFETY: `seq_read` passes its valid seq_file.
+    let entry = unsafe { (*m).private }.cast::<Entry>();
     // SAFETY: `single_open` stored the entry as the seq_file's private data; the file was not
     // removed, so the entry is alive.
-    let entry = unsafe { &*(*m).private.cast::<Entry>() };
-    // SAFETY: `SeqFile` is `repr(transparent)` over the valid `seq_file` we are handed.
+    let entry = unsafe { &*entry };
+    // SAFETY: `SeqFile` is `repr(transparent)` over the valid `seq_file` we are handed, ours
+    // for the call.
+    // INVARIANT: The seq_file of a file being shown, ours for the call.
     let out = unsafe { &mut *m.cast::<SeqFile>() };
-    // SAFETY: The entry's object lives as long as the entry.
+    // SAFETY: `data` is the `T` `show` was made for, alive as long as the entry (type
+    // invariant of `Entry`).
     match unsafe { (entry.show)(entry.data, out) } {
         Ok(()) => 0,
         Err(e) => e.to_errno(),

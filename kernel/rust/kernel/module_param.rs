@@ -71,22 +71,37 @@ unsafe extern "C" fn set_writable_u32(
     if let Err(e) = to_result(unsafe { bindings::kstrtouint(val, 0, &mut value) }) {
         return e.to_errno();
     }
-    // SAFETY: Per the safety requirements `arg` points to a `WritableParam`, which is
-    // `'static`.
-    let param = unsafe { &*(*kp).__bindgen_anon_1.arg.cast::<WritableParam>() };
+    // SAFETY: Per the safety requirements `kp` is one of our parameters.
+    let param = unsafe { writable_param(kp) };
     param.0.store(value, Ordering::Relaxed);
     0
 }
 
+/// The value behind a parameter made by [`KernelParam::new_u32_writable`].
+///
 /// # Safety
 ///
-/// As for [`set_writable_u32`]; `buffer` holds a page.
+/// `kp` must be such a parameter, valid (the kernel passes it to our callbacks).
+unsafe fn writable_param(kp: *const bindings::kernel_param) -> &'static WritableParam {
+    // SAFETY: `kp` is valid (the caller's guarantee).
+    let arg = unsafe { &(*kp).__bindgen_anon_1 };
+    // SAFETY: Our parameters set the union's `arg` member (`KernelParam::new`).
+    let arg = unsafe { arg.arg };
+    // SAFETY: For such a parameter `arg` points to a `'static` `WritableParam`, only ever
+    // shared.
+    unsafe { &*arg.cast::<WritableParam>() }
+}
+
+/// # Safety
+///
+/// Called by the kernel only, for a parameter made by [`KernelParam::new_u32_writable`];
+/// `buffer` holds a page.
 unsafe extern "C" fn get_writable_u32(
     buffer: *mut c_char,
     kp: *const bindings::kernel_param,
 ) -> crate::ffi::c_int {
-    // SAFETY: As in `set_writable_u32`.
-    let param = unsafe { &*(*kp).__bindgen_anon_1.arg.cast::<WritableParam>() };
+    // SAFETY: Per the safety requirements `kp` is one of our parameters.
+    let param = unsafe { writable_param(kp) };
     let mut digits = [0u8; 11];
     let mut at = digits.len() - 1;
     digits[at] = b'\n';
@@ -115,6 +130,11 @@ static WRITABLE_U32_OPS: bindings::kernel_param_ops = bindings::kernel_param_ops
 
 /// The kernel's description of one parameter (`struct kernel_param`), placed in the
 /// `__param` section by [`module_param!`](crate::module_param).
+///
+/// # Invariants
+///
+/// `name` points to a `'static` NUL-terminated name, `ops` to `'static` operations whose
+/// callbacks accept `arg` (a `'static` object of the type they expect), and `mod_` is null.
 #[repr(transparent)]
 pub struct KernelParam(bindings::kernel_param);
 
@@ -128,6 +148,8 @@ impl KernelParam {
         arg: *mut core::ffi::c_void,
         perm: u16,
     ) -> Self {
+        // INVARIANT: `name` is `'static`; each constructor below pairs `ops` with a `'static`
+        // `arg` of the type they expect.
         Self(bindings::kernel_param {
             name: name.as_char_ptr(),
             // Without a module, writes are serialised by the kernel's global parameter lock;

@@ -33,11 +33,13 @@ use core::{marker::PhantomData, ptr::NonNull};
 #[repr(transparent)]
 pub struct NetDevice(Opaque<bindings::net_device>);
 
-// SAFETY: The networking core itself uses devices from any thread; the methods below only
-// call functions that are safe to call concurrently or read fields set up before
-// registration.
+// SAFETY: The networking core itself uses devices from any thread. The methods below call
+// functions that are safe to call concurrently, read fields set up before registration, or
+// copy fields RTNL may change (name, MTU, index, address) with volatile reads, never through
+// references.
 unsafe impl Sync for NetDevice {}
-// SAFETY: See above.
+// SAFETY: A `NetDevice` is only ever reached by reference; nothing about it is tied to the
+// thread that obtained the reference (references are counted by `ARef`, from any thread).
 unsafe impl Send for NetDevice {}
 
 impl NetDevice {
@@ -47,6 +49,7 @@ impl NetDevice {
     pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::net_device) -> &'a Self {
         // SAFETY: `NetDevice` is `repr(transparent)` over the C struct; validity is the
         // caller's guarantee.
+        // INVARIANT: Valid for `'a`, as the caller guarantees.
         unsafe { &*ptr.cast() }
     }
 
@@ -65,7 +68,7 @@ impl NetDevice {
             // SAFETY: `i` is within the array; each byte is read once, as `READ_ONCE`
             // reads it, since a rename may write it meanwhile (C's readers race the same
             // way: the name may then be torn, never unterminated).
-            *byte = unsafe { core::ptr::read_volatile(src.add(i)) };
+            *byte = unsafe { core::ptr::read_volatile(src.wrapping_add(i)) };
         }
         IfName(name)
     }
@@ -99,14 +102,19 @@ impl NetDevice {
 
     /// The current MTU.
     pub fn mtu(&self) -> u32 {
-        // SAFETY: The device is valid; `mtu` is an aligned word, read as `READ_ONCE` does.
-        unsafe { core::ptr::read_volatile(&(*self.as_raw()).mtu) }
+        // SAFETY: The device is valid; no reference to the field is made, since RTNL may
+        // write it meanwhile.
+        let field = unsafe { core::ptr::addr_of!((*self.as_raw()).mtu) };
+        // SAFETY: `field` is an aligned word of the device, read whole as `READ_ONCE` does.
+        unsafe { core::ptr::read_volatile(field) }
     }
 
     /// The interface index, which moving the device to another namespace may change.
     pub fn ifindex(&self) -> i32 {
-        // SAFETY: The device is valid; `ifindex` is an aligned word, read as `READ_ONCE` does.
-        unsafe { core::ptr::read_volatile(&(*self.as_raw()).ifindex) }
+        // SAFETY: As in `mtu`.
+        let field = unsafe { core::ptr::addr_of!((*self.as_raw()).ifindex) };
+        // SAFETY: As in `mtu`.
+        unsafe { core::ptr::read_volatile(field) }
     }
 
     /// The hardware address (`dev_addr`, `addr_len` bytes) as it is now: a copy, since
@@ -122,7 +130,7 @@ impl NetDevice {
         for (i, byte) in addr.bytes.iter_mut().enumerate().take(addr.len) {
             // SAFETY: `i` is below `MAX_ADDR_LEN`; each byte is read once, as `READ_ONCE`
             // reads it, since `dev_addr_set` may write it meanwhile.
-            *byte = unsafe { core::ptr::read_volatile(src.add(i)) };
+            *byte = unsafe { core::ptr::read_volatile(src.wrapping_add(i)) };
         }
         addr
     }
@@ -271,6 +279,11 @@ unsafe impl AlwaysRefCounted for NetDevice {
 
 /// The device being set up before registration (`setup` callback of `alloc_netdev`): the
 /// only place where its type, sizes and flags are written.
+///
+/// # Invariants
+///
+/// The device is being allocated or set up before registration: nobody but the holder of
+/// the `&mut Setup` reads or writes it meanwhile.
 #[repr(transparent)]
 pub struct Setup(NetDevice);
 
@@ -279,16 +292,21 @@ impl Setup {
         self.0.as_raw()
     }
 
+    /// The C structure, ours alone while the device is set up.
+    fn fields(&mut self) -> &mut bindings::net_device {
+        // SAFETY: The device is valid and nobody else accesses it (type invariant), for as
+        // long as `self` is borrowed.
+        unsafe { &mut *self.raw() }
+    }
+
     /// The hardware type (`ARPHRD_*`).
     pub fn set_type(&mut self, ty: u16) {
-        // SAFETY: The device is being set up by us alone.
-        unsafe { (*self.raw()).type_ = ty };
+        self.fields().type_ = ty;
     }
 
     /// Room the stack reserves in front of packets for the link-layer header.
     pub fn set_hard_header_len(&mut self, len: u16) {
-        // SAFETY: The device is being set up by us alone.
-        unsafe { (*self.raw()).hard_header_len = len };
+        self.fields().hard_header_len = len;
     }
 
     /// The length of hardware addresses; at most 32 (`MAX_ADDR_LEN`).
@@ -296,8 +314,7 @@ impl Setup {
         if usize::from(len) > bindings::MAX_ADDR_LEN as usize {
             return Err(EINVAL);
         }
-        // SAFETY: The device is being set up by us alone.
-        unsafe { (*self.raw()).addr_len = len };
+        self.fields().addr_len = len;
         Ok(())
     }
 
@@ -306,20 +323,16 @@ impl Setup {
         if !(min <= mtu && mtu <= max) {
             return Err(EINVAL);
         }
-        let dev = self.raw();
-        // SAFETY: The device is being set up by us alone.
-        unsafe {
-            (*dev).mtu = mtu;
-            (*dev).min_mtu = min;
-            (*dev).max_mtu = max;
-        }
+        let dev = self.fields();
+        dev.mtu = mtu;
+        dev.min_mtu = min;
+        dev.max_mtu = max;
         Ok(())
     }
 
     /// Interface flags (`IFF_*`).
     pub fn set_flags(&mut self, flags: u32) {
-        // SAFETY: The device is being set up by us alone.
-        unsafe { (*self.raw()).flags = flags };
+        self.fields().flags = flags;
     }
 
     /// Keeps each packet's route attached until `start_xmit`, which the core otherwise
@@ -333,20 +346,16 @@ impl Setup {
     /// Offers scatter-gather: packets may come with page fragments, which the driver sends
     /// without gathering them first. On by default, switchable with `ethtool -K DEV sg`.
     pub fn set_scatter_gather(&mut self) {
-        let dev = self.raw();
-        // SAFETY: The device is being set up by us alone.
-        unsafe {
-            (*dev).hw_features |= bindings::NETIF_F_SG;
-            (*dev).features |= bindings::NETIF_F_SG;
-        }
+        let dev = self.fields();
+        dev.hw_features |= bindings::NETIF_F_SG;
+        dev.features |= bindings::NETIF_F_SG;
     }
 
     /// Refuses VLAN devices on top (`ip link add ... type vlan` fails with `EOPNOTSUPP`): for
     /// link layers whose frames have no room for an 802.1Q tag. Fixed for the device's
     /// life.
     pub fn set_vlan_challenged(&mut self) {
-        // SAFETY: The device is being set up by us alone.
-        unsafe { (*self.raw()).features |= bindings::NETIF_F_VLAN_CHALLENGED };
+        self.fields().features |= bindings::NETIF_F_VLAN_CHALLENGED;
     }
 
     /// Which port of its hardware the device is (`dev_port`, from 0), for devices that share
@@ -491,19 +500,22 @@ impl McAddrs<'_> {
     pub fn for_each(&self, mut f: impl FnMut(&[u8])) {
         let raw = self.dev.as_raw();
         let len = self.dev.addr_len();
-        // SAFETY: The address list is locked for our lifetime (type invariant); its nodes
-        // are `netdev_hw_addr` entries linked by `list`, each holding at least `addr_len`
-        // address bytes.
-        unsafe {
-            let head = core::ptr::addr_of_mut!((*raw).mc.list);
-            let mut node = (*head).next;
-            while node != head {
-                let ha = crate::container_of!(node, bindings::netdev_hw_addr, list);
-                if let Some(addr) = (*ha).addr.get(..len) {
-                    f(addr);
-                }
-                node = (*node).next;
+        // SAFETY: The device is valid; only the address of its list head is taken.
+        let head = unsafe { core::ptr::addr_of_mut!((*raw).mc.list) };
+        // SAFETY: The address list is locked for our lifetime (type invariant): its links
+        // stay as they are.
+        let mut node = unsafe { (*head).next };
+        while node != head {
+            // SAFETY: The nodes of the list are the `list` members of `netdev_hw_addr`
+            // entries.
+            let ha = unsafe { crate::container_of!(node, bindings::netdev_hw_addr, list) };
+            // SAFETY: `ha` is an entry of the locked list, unchanged while it is locked.
+            let addr = unsafe { &(*ha).addr };
+            if let Some(addr) = addr.get(..len) {
+                f(addr);
             }
+            // SAFETY: As for the head's link.
+            node = unsafe { (*node).next };
         }
     }
 }
@@ -835,15 +847,15 @@ impl<T: Operations> Adapter<T> {
         dev: *const bindings::net_device,
         haddr: *mut crate::ffi::c_uchar,
     ) -> c_int {
-        // SAFETY: As documented above; only shared access to the lent skb is given out, so
-        // it is only read.
-        let (ndev, skb, haddr) = unsafe {
-            (
-                NetDevice::from_raw(dev.cast_mut()),
-                SkBuff::lent(skb.cast_mut()),
-                core::slice::from_raw_parts_mut(haddr, bindings::MAX_ADDR_LEN as usize),
-            )
-        };
+        // SAFETY: The core passes a valid device for the call.
+        let ndev = unsafe { NetDevice::from_raw(dev.cast_mut()) };
+        // SAFETY: The skb is lent for the call and nobody changes it meanwhile; only shared
+        // access to it is given out, so it is only read.
+        let skb = unsafe { SkBuff::lent(skb.cast_mut()) };
+        // SAFETY: `haddr` points to `MAX_ADDR_LEN` writable bytes nothing else uses during
+        // the call.
+        let haddr =
+            unsafe { core::slice::from_raw_parts_mut(haddr, bindings::MAX_ADDR_LEN as usize) };
         match T::header_parse(&skb, ndev, haddr) {
             Ok(len) => c_int::try_from(len).unwrap_or(0),
             Err(_) => 0,
@@ -857,9 +869,29 @@ impl<T: Operations> Adapter<T> {
     pub(crate) unsafe fn data<'a>(
         dev: *mut bindings::net_device,
     ) -> <T::Data as ForeignOwnable>::Borrowed<'a> {
-        // SAFETY: The private area of such a device holds the data, stored before
-        // registration and released only after unregistration.
-        unsafe { T::Data::borrow((*Self::private(dev)).data) }
+        // SAFETY: Such a device's private area holds a `Private<T>`.
+        let private = unsafe { Self::private(dev) };
+        // SAFETY: `private` is valid; `data` is stored before registration and released
+        // only after unregistration.
+        let stored = unsafe { (*private).data };
+        // SAFETY: `stored` came from `into_foreign` and is released only after the device
+        // (see above), so it outlives `'a`.
+        unsafe { T::Data::borrow(stored) }
+    }
+
+    /// The device a callback is given, with its data.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Adapter::data`]; `dev` stays valid for `'a`.
+    pub(crate) unsafe fn ours<'a>(
+        dev: *mut bindings::net_device,
+    ) -> (&'a NetDevice, <T::Data as ForeignOwnable>::Borrowed<'a>) {
+        // SAFETY: `dev` is a valid device for `'a` (the caller's guarantee).
+        let ndev = unsafe { NetDevice::from_raw(dev) };
+        // SAFETY: Set up by `register` and not yet released (the caller's guarantee).
+        let data = unsafe { Self::data(dev) };
+        (ndev, data)
     }
 
     /// # Safety
@@ -868,31 +900,53 @@ impl<T: Operations> Adapter<T> {
     unsafe extern "C" fn open_callback(dev: *mut bindings::net_device) -> c_int {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
-            let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+            let (ndev, data) = unsafe { Self::ours(dev) };
             // SAFETY: The device is ours, so its NAPI context (if any) is added and disabled.
-            unsafe { Self::for_napi(dev, |n| bindings::napi_enable(n)) };
+            unsafe { Self::for_napi(dev, Self::napi_enable) };
             if let Err(e) = T::open(ndev, data) {
                 // SAFETY: Enabled just above.
-                unsafe { Self::for_napi(dev, |n| bindings::napi_disable(n)) };
+                unsafe { Self::for_napi(dev, Self::napi_disable) };
                 return Err(e);
             }
             Ok(0)
         })
     }
 
+    /// Enables the NAPI context `napi`.
+    ///
+    /// # Safety
+    ///
+    /// `napi` must be the added, disabled context of a device of ours.
+    unsafe fn napi_enable(napi: *mut bindings::napi_struct) {
+        // SAFETY: As required above.
+        unsafe { bindings::napi_enable(napi) };
+    }
+
+    /// Disables the NAPI context `napi`, waiting for a poll under way.
+    ///
+    /// # Safety
+    ///
+    /// `napi` must be the added, enabled context of a device of ours, in process context.
+    unsafe fn napi_disable(napi: *mut bindings::napi_struct) {
+        // SAFETY: As required above.
+        unsafe { bindings::napi_disable(napi) };
+    }
+
     /// Runs `f` on the device's NAPI context, if it has one.
     ///
     /// # Safety
     ///
-    /// `dev` must be a device set up by [`Adapter::register`].
-    unsafe fn for_napi(dev: *mut bindings::net_device, f: impl FnOnce(*mut bindings::napi_struct)) {
+    /// `dev` must be a device set up by [`Adapter::register`], and calling `f` on its NAPI
+    /// context must be safe.
+    unsafe fn for_napi(dev: *mut bindings::net_device, f: unsafe fn(*mut bindings::napi_struct)) {
         if T::HAS_NAPI_POLL {
             // SAFETY: For such a device, the NAPI context is the only entry of its NAPI list,
             // added before registration and deleted after unregistration.
             let napi = unsafe { (*dev).napi_list.next };
             // SAFETY: `dev_list` is the member of `napi_struct` linked into `napi_list`.
             let napi = unsafe { crate::container_of!(napi, bindings::napi_struct, dev_list) };
-            f(napi.cast_mut());
+            // SAFETY: Calling `f` on it is safe (the caller's guarantee).
+            unsafe { f(napi.cast_mut()) };
         }
     }
 
@@ -904,8 +958,10 @@ impl<T: Operations> Adapter<T> {
         napi: *mut bindings::napi_struct,
         budget: c_int,
     ) -> c_int {
-        // SAFETY: The context is being polled: its device is registered and ours.
-        let (napi, data) = unsafe { (Napi::from_raw(napi), Self::data((*napi).dev)) };
+        // SAFETY: The context is being polled, for this call.
+        let napi = unsafe { Napi::from_raw(napi) };
+        // SAFETY: The context's device is registered and ours.
+        let data = unsafe { Self::data(napi.device().as_raw()) };
         let limit = u32::try_from(budget).unwrap_or(0);
         // SAFETY: `napi` is being polled in this round, of budget `limit`.
         let budget = unsafe { Budget::new(napi, limit) };
@@ -919,11 +975,11 @@ impl<T: Operations> Adapter<T> {
     unsafe extern "C" fn stop_callback(dev: *mut bindings::net_device) -> c_int {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
-            let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+            let (ndev, data) = unsafe { Self::ours(dev) };
             let ret = T::stop(ndev, data);
             // SAFETY: The device is ours and up, so its NAPI context (if any) is enabled; the
             // core ignores a failing stop, so disable it whatever `stop` returned.
-            unsafe { Self::for_napi(dev, |n| bindings::napi_disable(n)) };
+            unsafe { Self::for_napi(dev, Self::napi_disable) };
             ret?;
             Ok(0)
         })
@@ -936,14 +992,10 @@ impl<T: Operations> Adapter<T> {
         skb: *mut bindings::sk_buff,
         dev: *mut bindings::net_device,
     ) -> bindings::netdev_tx_t {
-        // SAFETY: The core passes a valid registered device of ours and gives up `skb`.
-        let (ndev, data, skb) = unsafe {
-            (
-                NetDevice::from_raw(dev),
-                Self::data(dev),
-                SkBuff::from_raw(skb),
-            )
-        };
+        // SAFETY: The core passes a valid registered device of ours.
+        let (ndev, data) = unsafe { Self::ours(dev) };
+        // SAFETY: The core gives `skb` up to us.
+        let skb = unsafe { SkBuff::from_raw(skb) };
         match T::start_xmit(skb, ndev, data) {
             TxResult::Ok => bindings::netdev_tx_NETDEV_TX_OK,
         }
@@ -958,11 +1010,15 @@ impl<T: Operations> Adapter<T> {
     ) -> c_int {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
-            let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+            let (ndev, data) = unsafe { Self::ours(dev) };
             let mtu = u32::try_from(new_mtu).map_err(|_| EINVAL)?;
             T::change_mtu(ndev, data, mtu)?;
-            // SAFETY: Under RTNL the MTU is ours to write (as `WRITE_ONCE` in C).
-            unsafe { core::ptr::write_volatile(&mut (*dev).mtu, mtu) };
+            // SAFETY: The device is valid; no reference to its MTU is made, since lockless
+            // readers read it meanwhile.
+            let field = unsafe { core::ptr::addr_of_mut!((*dev).mtu) };
+            // SAFETY: Under RTNL the MTU is ours to write; written whole, as `WRITE_ONCE`
+            // writes it, for the readers.
+            unsafe { core::ptr::write_volatile(field, mtu) };
             Ok(0)
         })
     }
@@ -973,7 +1029,7 @@ impl<T: Operations> Adapter<T> {
     unsafe extern "C" fn set_rx_mode_callback(dev: *mut bindings::net_device) {
         // SAFETY: The core passes a valid registered device of ours, with its address lists
         // locked for the call.
-        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+        let (ndev, data) = unsafe { Self::ours(dev) };
         // INVARIANT: The core holds the address lock for the whole call.
         let mc = McAddrs { dev: ndev };
         T::set_rx_mode(ndev, data, &mc);
@@ -987,7 +1043,7 @@ impl<T: Operations> Adapter<T> {
         _txqueue: crate::ffi::c_uint,
     ) {
         // SAFETY: The core passes a valid registered device of ours.
-        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Self::data(dev)) };
+        let (ndev, data) = unsafe { Self::ours(dev) };
         T::tx_timeout(ndev, data);
     }
 
@@ -1011,15 +1067,11 @@ impl<T: Operations> Adapter<T> {
         dev: *mut bindings::net_device,
         stats: *mut bindings::rtnl_link_stats64,
     ) {
-        // SAFETY: The core passes a valid registered device of ours and a writable, zeroed
-        // counter block; `Stats64` is `repr(transparent)` over it.
-        let (ndev, data, stats) = unsafe {
-            (
-                NetDevice::from_raw(dev),
-                Self::data(dev),
-                &mut *stats.cast::<Stats64>(),
-            )
-        };
+        // SAFETY: The core passes a valid registered device of ours.
+        let (ndev, data) = unsafe { Self::ours(dev) };
+        // SAFETY: The core passes a writable, zeroed counter block for the call alone;
+        // `Stats64` is `repr(transparent)` over it.
+        let stats = unsafe { &mut *stats.cast::<Stats64>() };
         T::get_stats64(ndev, data, stats);
     }
 
@@ -1121,63 +1173,77 @@ impl<T: Operations> Adapter<T> {
         let addr_len = usize::from(unsafe { (*raw).addr_len });
         // SAFETY: `raw` is valid and unregistered: we are its only user; `Setup` is
         // `repr(transparent)` over it.
+        // INVARIANT: Nobody else accesses the device until it is registered below.
         let configured = configure(unsafe { &mut *raw.cast::<Setup>() });
         if hw_addr.len() != addr_len || configured.is_err() {
             release_napi(&napi);
             return Err(configured.err().unwrap_or(EINVAL));
         }
-        // SAFETY: `raw` is valid and unregistered: we are its only user. Its private area
-        // is sized for `Private<T>` (safety requirement); `hw_addr` has `addr_len` bytes.
-        unsafe {
-            bindings::dev_addr_set(raw, hw_addr.as_ptr());
-            (*raw).netdev_ops = &Adapter::<T>::OPS;
+        // SAFETY: `raw` is valid and unregistered: we are its only user; `hw_addr` has
+        // `addr_len` bytes.
+        unsafe { bindings::dev_addr_set(raw, hw_addr.as_ptr()) };
+        {
+            // SAFETY: `raw` is valid and unregistered: nobody else accesses it while
+            // `fields` lives.
+            let fields = unsafe { &mut *raw };
+            fields.netdev_ops = &Adapter::<T>::OPS;
             if T::HAS_HEADER_CREATE || T::HAS_HEADER_PARSE {
-                (*raw).header_ops = &Adapter::<T>::HEADER_OPS;
+                fields.header_ops = &Adapter::<T>::HEADER_OPS;
             }
             if EthtoolAdapter::<T>::WANTED {
-                (*raw).ethtool_ops = &EthtoolAdapter::<T>::OPS;
+                fields.ethtool_ops = &EthtoolAdapter::<T>::OPS;
             }
             if let Some(table) = &attributes {
                 // The first group is the driver's; the core adds its own after it.
-                (*raw).sysfs_groups[0] = table.group();
+                fields.sysfs_groups[0] = table.group();
             }
             if let Some(kind) = &link_kind {
-                (*raw).rtnl_link_ops = kind.as_raw();
+                fields.rtnl_link_ops = kind.as_raw();
             }
-            if let Some(n) = &napi {
-                // The context starts disabled; `open` enables it.
+        }
+        if let Some(n) = &napi {
+            // The context starts disabled; `open` enables it.
+            // SAFETY: `raw` is valid and unregistered; the context is attached to no other
+            // device (`attached` was false) and outlives the device (kept in its private
+            // area until released).
+            unsafe {
                 bindings::netif_napi_add_weight(
                     raw,
                     n.0.as_raw(),
                     Some(Adapter::<T>::napi_poll_callback),
                     bindings::NAPI_POLL_WEIGHT as i32,
-                );
-            }
-            // INVARIANT: `data` comes from `into_foreign`; the NAPI context was just added.
-            Self::private(raw).write(Private {
+                )
+            };
+        }
+        // SAFETY: The private area of `raw` is sized for `Private<T>` (safety requirement).
+        let slot = unsafe { Self::private(raw) };
+        // INVARIANT: `data` comes from `into_foreign`; the NAPI context was just added.
+        // SAFETY: `slot` is valid for writes, aligned, and holds nothing yet.
+        unsafe {
+            slot.write(Private {
                 data: data.into_foreign(),
                 napi,
                 _attributes: attributes,
                 link_kind,
                 owned,
-            });
-        }
+            })
+        };
         // SAFETY: The device is fully set up and RTNL is held.
         if let Err(e) = to_result(unsafe { bindings::register_netdevice(raw) }) {
-            // SAFETY: Registration failed, so no callback runs and the core keeps no
-            // reference to our operations; what was stored above is taken back once.
-            unsafe {
-                (*raw).sysfs_groups[0] = core::ptr::null();
-                Self::release(raw);
-            }
+            // SAFETY: Registration failed and was undone: a device a notifier refused after
+            // it became visible was unregistered again, which waits for the callbacks in
+            // flight. So none of ours runs any more and the core keeps no reference to our
+            // operations or attribute group.
+            unsafe { (*raw).sysfs_groups[0] = core::ptr::null() };
+            // SAFETY: As above; what was stored above is taken back, once.
+            unsafe { Self::release(raw) };
             return Err(e);
         }
         // SAFETY: Registered under RTNL, which we still hold: nobody can have started to
-        // unregister it, and the core reads these only when it does.
-        unsafe {
-            (*raw).needs_free_netdev = true;
-            (*raw).priv_destructor = Some(Self::release_callback);
-        }
+        // unregister it, and the core reads this only when it does.
+        unsafe { (*raw).needs_free_netdev = true };
+        // SAFETY: As above.
+        unsafe { (*raw).priv_destructor = Some(Self::release_callback) };
         Ok(())
     }
 
@@ -1188,9 +1254,10 @@ impl<T: Operations> Adapter<T> {
     /// `raw` must be a device set up by [`Adapter::register`] that no callback of ours
     /// runs on any more, and this is called once.
     unsafe fn release(raw: *mut bindings::net_device) {
-        // SAFETY: Per the safety requirements the private area holds a `Private<T>`, read
-        // (moved out) once.
-        let private = unsafe { Self::private(raw).read() };
+        // SAFETY: Per the safety requirements the private area holds a `Private<T>`.
+        let slot = unsafe { Self::private(raw) };
+        // SAFETY: `slot` is valid and read (moved out) once.
+        let private = unsafe { slot.read() };
         if let Some(n) = &private.napi {
             // SAFETY: By the invariant of `Private` the context is on the device's list;
             // disabled by `stop` or never enabled.
@@ -1218,7 +1285,9 @@ impl<T: Operations> Adapter<T> {
     /// As for [`Adapter::data`].
     pub(crate) unsafe fn owned(dev: *mut bindings::net_device) -> bool {
         // SAFETY: Per the safety requirements the private area holds a `Private<T>`.
-        unsafe { (*Self::private(dev)).owned }
+        let private = unsafe { Self::private(dev) };
+        // SAFETY: `private` is valid; `owned` is written only before registration.
+        unsafe { (*private).owned }
     }
 }
 
@@ -1289,14 +1358,15 @@ impl<T: Operations> Registration<T> {
     pub fn set_link_kind(&mut self, kind: Arc<LinkKind<T>>) {
         let raw = self.dev.as_ptr();
         let _rtnl = RtnlGuard::lock();
-        // SAFETY: By the type invariant the device was set up by `Adapter::register`, so its
-        // private area is ours; it is registered while we exist. RTNL serialises the
-        // readers of `rtnl_link_ops`, and the private area keeps the kind alive until the
-        // device is released.
-        unsafe {
-            (*raw).rtnl_link_ops = kind.as_raw();
-            (*Adapter::<T>::private(raw)).link_kind = Some(kind);
-        }
+        // SAFETY: The device is registered while we exist (type invariant); RTNL
+        // serialises the readers of `rtnl_link_ops`. The private area keeps the kind alive
+        // (below) until the device is released.
+        unsafe { (*raw).rtnl_link_ops = kind.as_raw() };
+        // SAFETY: Set up by `Adapter::register` (type invariant), so its private area is a
+        // `Private<T>`.
+        let private = unsafe { Adapter::<T>::private(raw) };
+        // SAFETY: `private` is valid; only RTNL holders write `link_kind`, and we hold it.
+        unsafe { (*private).link_kind = Some(kind) };
     }
 
     /// The device.

@@ -72,6 +72,13 @@ impl fmt::Write for AttributeText<'_> {
 }
 
 /// A `struct device_attribute` that knows its index in [`Operations::ATTRIBUTES`].
+///
+/// # Invariants
+///
+/// `attr.attr.name` points to the `'static` name of attribute `index` of the
+/// [`AttributeTable`] holding the slot, and (with lock debugging) `attr.attr.key` to a
+/// static lock class; every `device_attribute` the table's callbacks are given is the
+/// `attr` of such a slot.
 #[repr(C)]
 struct Slot {
     attr: bindings::device_attribute,
@@ -120,6 +127,7 @@ impl<T: Operations> AttributeTable<T> {
             if a.writable {
                 attr.store = Some(store_callback::<T>);
             }
+            // INVARIANT: The name is the attribute's `'static` one, `index` its own.
             slots.push(Slot { attr, index }, GFP_KERNEL)?;
         }
         let mut ptrs = KVec::with_capacity(n + 1, GFP_KERNEL)?;
@@ -158,13 +166,15 @@ unsafe fn resolve<'a>(
     dev: *mut bindings::device,
     attr: *mut bindings::device_attribute,
 ) -> (&'a NetDevice, usize) {
-    // SAFETY: Per the safety requirements both containers exist; `Slot` is `repr(C)` with
-    // `attr` first.
-    unsafe {
-        let ndev = crate::container_of!(dev, bindings::net_device, dev).cast_mut();
-        let slot = &*crate::container_of!(attr, Slot, attr);
-        (NetDevice::from_raw(ndev), slot.index)
-    }
+    // SAFETY: Per the safety requirements `dev` is the `dev` field of a network device.
+    let ndev = unsafe { crate::container_of!(dev, bindings::net_device, dev) }.cast_mut();
+    // SAFETY: Per the safety requirements `attr` is the `attr` field of a `Slot`.
+    let slot = unsafe { crate::container_of!(attr, Slot, attr) };
+    // SAFETY: The slot lives in the device's attribute table, unchanged while the device's
+    // files exist, so for the callback.
+    let index = unsafe { (*slot).index };
+    // SAFETY: The device is valid while its files exist.
+    (unsafe { NetDevice::from_raw(ndev) }, index)
 }
 
 /// # Safety
@@ -179,12 +189,13 @@ unsafe extern "C" fn visible_callback<T: Operations>(
     // SAFETY: The group's files belong to a network device's `struct device`, whose `kobj`
     // this is; `attr` is the `attr` field of a `device_attribute`, itself the `attr` field
     // of a `Slot`.
-    let (ndev, index, mode) = unsafe {
-        let dev = crate::container_of!(kobj, bindings::device, kobj).cast_mut();
-        let dattr = crate::container_of!(attr, bindings::device_attribute, attr).cast_mut();
-        let (ndev, index) = resolve(dev, dattr);
-        (ndev, index, (*attr).mode)
-    };
+    let dev = unsafe { crate::container_of!(kobj, bindings::device, kobj) }.cast_mut();
+    // SAFETY: As above.
+    let dattr = unsafe { crate::container_of!(attr, bindings::device_attribute, attr) }.cast_mut();
+    // SAFETY: As above: a network device's `dev` and a `Slot`'s `attr`.
+    let (ndev, index) = unsafe { resolve(dev, dattr) };
+    // SAFETY: `attr` is valid for the call.
+    let mode = unsafe { (*attr).mode };
     // SAFETY: The device is being registered by `Adapter::register`, its data stored.
     let data = unsafe { super::dev::Adapter::<T>::data(ndev.as_raw()) };
     if T::attribute_visible(ndev, data, index) {

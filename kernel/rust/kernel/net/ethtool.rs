@@ -6,7 +6,7 @@
 //!
 //! C header: [`include/linux/ethtool.h`](srctree/include/linux/ethtool.h).
 
-use super::dev::{Adapter, NetDevice, Operations};
+use super::dev::{Adapter, Operations};
 use crate::{bindings, error::Error, ffi::c_int, str::CStr};
 use core::marker::PhantomData;
 
@@ -133,15 +133,11 @@ impl<T: Operations> EthtoolAdapter<T> {
         dev: *mut bindings::net_device,
         info: *mut bindings::ethtool_drvinfo,
     ) {
-        // SAFETY: The core passes a valid registered device of ours and a writable block;
-        // `DrvInfo` is `repr(transparent)` over it.
-        let (ndev, data, info) = unsafe {
-            (
-                NetDevice::from_raw(dev),
-                Adapter::<T>::data(dev),
-                &mut *info.cast::<DrvInfo>(),
-            )
-        };
+        // SAFETY: The core passes a valid registered device of ours.
+        let (ndev, data) = unsafe { Adapter::<T>::ours(dev) };
+        // SAFETY: The core passes a block writable by us alone for the call; `DrvInfo` is
+        // `repr(transparent)` over it.
+        let info = unsafe { &mut *info.cast::<DrvInfo>() };
         T::get_drvinfo(ndev, data, info);
     }
 
@@ -154,7 +150,7 @@ impl<T: Operations> EthtoolAdapter<T> {
         cmd: *mut bindings::ethtool_link_ksettings,
     ) -> c_int {
         // SAFETY: The core passes a valid registered device of ours.
-        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev)) };
+        let (ndev, data) = unsafe { Adapter::<T>::ours(dev) };
         match T::get_link_settings(ndev, data) {
             Ok(link) => {
                 // SAFETY: `cmd` is valid for writes; the core zeroed the link modes.
@@ -184,7 +180,7 @@ impl<T: Operations> EthtoolAdapter<T> {
         _extack: *mut bindings::netlink_ext_ack,
     ) -> c_int {
         // SAFETY: The core passes a valid registered device of ours.
-        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev)) };
+        let (ndev, data) = unsafe { Adapter::<T>::ours(dev) };
         match T::get_coalesce(ndev, data) {
             Ok(c) => {
                 // SAFETY: `coal` is valid for writes.
@@ -207,9 +203,10 @@ impl<T: Operations> EthtoolAdapter<T> {
         _kernel_coal: *mut bindings::kernel_ethtool_coalesce,
         _extack: *mut bindings::netlink_ext_ack,
     ) -> c_int {
-        // SAFETY: The core passes a valid registered device of ours and a valid request.
-        let (ndev, data, coal) =
-            unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev), &*coal) };
+        // SAFETY: The core passes a valid registered device of ours.
+        let (ndev, data) = unsafe { Adapter::<T>::ours(dev) };
+        // SAFETY: The core passes a valid request, unchanged during the call.
+        let coal = unsafe { &*coal };
         let wanted = Coalesce {
             rx_usecs: coal.rx_coalesce_usecs,
             rx_max_frames: coal.rx_max_coalesced_frames,
@@ -267,15 +264,10 @@ impl<T: Operations> EthtoolAdapter<T> {
         _stats: *mut bindings::ethtool_stats,
         values: *mut u64,
     ) {
-        // SAFETY: The core passes a valid registered device of ours and room for one value
-        // per counter name.
-        let (ndev, data, values) = unsafe {
-            (
-                NetDevice::from_raw(dev),
-                Adapter::<T>::data(dev),
-                core::slice::from_raw_parts_mut(values, T::ETHTOOL_STATS.len()),
-            )
-        };
+        // SAFETY: The core passes a valid registered device of ours.
+        let (ndev, data) = unsafe { Adapter::<T>::ours(dev) };
+        // SAFETY: The core passes room for one value per counter name, ours for the call.
+        let values = unsafe { core::slice::from_raw_parts_mut(values, T::ETHTOOL_STATS.len()) };
         values.fill(0);
         T::get_ethtool_stats(ndev, data, values);
     }

@@ -42,7 +42,18 @@ use core::{
 };
 
 /// Bytes an attribute with a payload of `payload` bytes takes in a message
-/// (`nla_total_size`).
+/// (`nla_total_size`): what [`Operations::fill_link_info`]'s size has to add up.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::net::link::attr_size;
+///
+/// assert_eq!(attr_size(0), 4); // a flag: the header alone
+/// assert_eq!(attr_size(2), 8); // a u16, padded to 4 bytes
+/// assert_eq!(attr_size(4), 8);
+/// assert_eq!(attr_size(5), 12);
+/// ```
 pub const fn attr_size(payload: usize) -> usize {
     const NLA_ALIGNTO: usize = 4;
     const NLA_HDRLEN: usize = 4;
@@ -92,7 +103,8 @@ impl<T: Operations> Drop for LinkRegistration<T> {
 
 // SAFETY: The core reads `ops` under RTNL; Rust never touches it after registration.
 unsafe impl<T: Operations> Send for LinkKind<T> {}
-// SAFETY: See above.
+// SAFETY: Shared access reads only `registered` (an atomic) and the address of `ops`,
+// whose contents the core reads under RTNL.
 unsafe impl<T: Operations> Sync for LinkKind<T> {}
 
 impl<T: Operations> LinkKind<T> {
@@ -101,27 +113,28 @@ impl<T: Operations> LinkKind<T> {
         let this = Arc::pin_init(
             pin_init!(Self {
                 ops <- Opaque::ffi_init(|slot: *mut bindings::rtnl_link_ops| {
-                    // SAFETY: All-zero is a valid `rtnl_link_ops` (no callbacks); `slot` is
-                    // valid for writes.
-                    unsafe {
-                        slot.write(core::mem::zeroed());
-                        (*slot).kind = kind.as_char_ptr();
-                        // Devices in a namespace that goes away return to the initial one,
-                        // as devices without a kind do.
-                        (*slot).netns_refund = true;
-                        (*slot).maxtype = maxtype;
-                        (*slot).changelink = Some(change_link_callback::<T>);
-                        if T::HAS_NEW_LINK {
-                            (*slot).priv_size = Adapter::<T>::PRIV_SIZE;
-                            (*slot).setup = Some(Adapter::<T>::setup_callback);
-                            (*slot).newlink = Some(new_link_callback::<T>);
-                        }
-                        // Set even without `newlink`, so the core never installs its own,
-                        // which would delete any device.
-                        (*slot).dellink = Some(del_link_callback::<T>);
-                        (*slot).get_size = Some(get_size_callback::<T>);
-                        (*slot).fill_info = Some(fill_info_callback::<T>);
+                    // SAFETY: All-zero is a valid `rtnl_link_ops` (no callbacks).
+                    let zeroed = unsafe { core::mem::zeroed() };
+                    // SAFETY: `slot` is valid for writes.
+                    unsafe { slot.write(zeroed) };
+                    // SAFETY: Initialised just above; nothing else refers to it yet.
+                    let ops = unsafe { &mut *slot };
+                    ops.kind = kind.as_char_ptr();
+                    // Devices in a namespace that goes away return to the initial one, as
+                    // devices without a kind do.
+                    ops.netns_refund = true;
+                    ops.maxtype = maxtype;
+                    ops.changelink = Some(change_link_callback::<T>);
+                    if T::HAS_NEW_LINK {
+                        ops.priv_size = Adapter::<T>::PRIV_SIZE;
+                        ops.setup = Some(Adapter::<T>::setup_callback);
+                        ops.newlink = Some(new_link_callback::<T>);
                     }
+                    // Set even without `newlink`, so the core never installs its own, which
+                    // would delete any device.
+                    ops.dellink = Some(del_link_callback::<T>);
+                    ops.get_size = Some(get_size_callback::<T>);
+                    ops.fill_info = Some(fill_info_callback::<T>);
                 }),
                 registered: AtomicBool::new(true),
                 _ops: PhantomData,
@@ -221,18 +234,22 @@ impl<T: Operations> LinkDevice<T> {
     pub fn delete(self, _rtnl: &Rtnl) {
         let raw = self.dev.as_raw();
         // SAFETY: The device is valid while we hold our reference, and RTNL is held, so
-        // its registration state cannot change under us. By the type invariant the core
-        // owns it: no registration will unregister it again.
-        unsafe {
-            if bindings::netdev_is_registered(raw) {
-                bindings::unregister_netdevice_queue(raw, core::ptr::null_mut());
-            }
+        // its registration state cannot change under us.
+        if unsafe { bindings::netdev_is_registered(raw) } {
+            // SAFETY: As above; by the type invariant the core owns it: no registration
+            // will unregister it again.
+            unsafe { bindings::unregister_netdevice_queue(raw, core::ptr::null_mut()) };
         }
     }
 }
 
 /// A device the core allocated for `ip link add` with `T`'s set-up, to be registered by
 /// [`Operations::new_link`].
+///
+/// # Invariants
+///
+/// `dev` was allocated by the core for kind `kind`, with `T`'s private size and set-up, and
+/// is not registered; it stays valid for `'a` (the `newlink` callback).
 pub struct NewLink<'a, T: Operations> {
     dev: *mut bindings::net_device,
     kind: ArcBorrow<'a, LinkKind<T>>,
@@ -250,7 +267,8 @@ impl<T: Operations> NewLink<'_, T> {
         configure: impl FnOnce(&mut Setup) -> Result,
     ) -> Result<LinkDevice<T>> {
         // SAFETY: The core allocated the device with our private size and set-up for this
-        // callback and has not registered it; on failure the core frees it.
+        // callback and has not registered it (type invariant); on failure the core frees
+        // it.
         unsafe {
             Adapter::<T>::register(
                 self.dev,
@@ -260,14 +278,19 @@ impl<T: Operations> NewLink<'_, T> {
                 napi,
                 Owner::Core(self.kind.into()),
                 configure,
-            )?;
-            // Registered just above, not owned by a registration.
-            Ok(LinkDevice::new(self.dev))
-        }
+            )
+        }?;
+        // SAFETY: Registered just above, not owned by a registration.
+        Ok(unsafe { LinkDevice::new(self.dev) })
     }
 }
 
 /// The kind-specific attributes of an `ip link` change (`IFLA_INFO_DATA`).
+///
+/// # Invariants
+///
+/// `data` is null or points to `maxtype + 1` entries, each null or a parsed attribute of
+/// the message, valid for `'a` (the callback).
 pub struct LinkAttributes<'a> {
     /// `maxtype + 1` attribute pointers, or null when the message has none.
     data: *mut *mut bindings::nlattr,
@@ -283,18 +306,14 @@ impl LinkAttributes<'_> {
             return Ok(None);
         }
         // SAFETY: The core passes `maxtype + 1` entries, and `kind <= maxtype`.
-        let attr = unsafe { *self.data.add(usize::from(kind)) };
+        let attr = unsafe { *self.data.wrapping_add(usize::from(kind)) };
         if attr.is_null() {
             return Ok(None);
         }
-        // SAFETY: A non-null entry is a parsed attribute inside the message; its length
-        // covers its header and payload.
-        let (len, payload) = unsafe {
-            (
-                usize::from((*attr).nla_len),
-                attr.cast::<u8>().add(attr_size(0)),
-            )
-        };
+        // SAFETY: A non-null entry is a parsed attribute inside the message.
+        let len = usize::from(unsafe { (*attr).nla_len });
+        // Its length covers its header and payload (checked below before any read).
+        let payload = attr.cast::<u8>().wrapping_add(attr_size(0));
         if len != attr_size(0) + N {
             return Err(EINVAL);
         }
@@ -318,6 +337,10 @@ impl LinkAttributes<'_> {
 }
 
 /// The message `ip -d link show` fills with a device's kind-specific attributes.
+///
+/// # Invariants
+///
+/// `skb` is the message being built, ours to add attributes to for `'a` (the callback).
 pub struct LinkInfo<'a> {
     skb: *mut bindings::sk_buff,
     _skb: PhantomData<&'a mut SkBuff>,
@@ -346,16 +369,15 @@ unsafe extern "C" fn change_link_callback<T: Operations>(
     _extack: *mut bindings::netlink_ext_ack,
 ) -> c_int {
     from_result(|| {
-        // SAFETY: Per the safety requirements the device is ours and valid, RTNL is held,
-        // and the device's kind is `T`'s, whose `maxtype` sized `data`.
-        let (ndev, data_t, rtnl, maxtype) = unsafe {
-            (
-                NetDevice::from_raw(dev),
-                Adapter::<T>::data(dev),
-                Rtnl::assume_held(),
-                (*(*dev).rtnl_link_ops).maxtype,
-            )
-        };
+        // SAFETY: Per the safety requirements the device is ours and valid.
+        let (ndev, data_t) = unsafe { Adapter::<T>::ours(dev) };
+        // SAFETY: Per the safety requirements RTNL is held.
+        let rtnl = unsafe { Rtnl::assume_held() };
+        // SAFETY: The device is valid; its kind's operations are `T`'s, registered.
+        let ops = unsafe { (*dev).rtnl_link_ops };
+        // SAFETY: `ops` is valid while registered; its `maxtype` sized `data`.
+        let maxtype = unsafe { (*ops).maxtype };
+        // INVARIANT: The core passes `maxtype + 1` entries or null, for the callback.
         let attrs = LinkAttributes {
             data,
             maxtype,
@@ -383,7 +405,8 @@ unsafe extern "C" fn fill_info_callback<T: Operations>(
     from_result(|| {
         let dev = dev.cast_mut();
         // SAFETY: Per the safety requirements the device is ours and valid.
-        let (ndev, data) = unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev)) };
+        let (ndev, data) = unsafe { Adapter::<T>::ours(dev) };
+        // INVARIANT: The message being built, for the callback.
         let mut info = LinkInfo {
             skb,
             _skb: PhantomData,
@@ -406,13 +429,19 @@ unsafe extern "C" fn new_link_callback<T: Operations>(
     _extack: *mut bindings::netlink_ext_ack,
 ) -> c_int {
     from_result(|| {
-        // SAFETY: Per the safety requirements RTNL is held and the kind's operations are
-        // registered, inside the `LinkKind<T>` that registered them, alive while they are.
-        let (rtnl, ops) = unsafe { (Rtnl::assume_held(), (*dev).rtnl_link_ops) };
-        // SAFETY: `ops` points into the `ops` field of a registered `LinkKind<T>`, which
-        // lives inside an `Arc` (`register` makes no other) that outlives the registration
-        // of its operations, so beyond this callback.
-        let kind = unsafe { ArcBorrow::from_raw(crate::container_of!(ops, LinkKind<T>, ops)) };
+        // SAFETY: Per the safety requirements RTNL is held.
+        let rtnl = unsafe { Rtnl::assume_held() };
+        // SAFETY: `dev` is valid; its operations are the kind's, registered, inside the
+        // `LinkKind<T>` that registered them, alive while they are.
+        let ops = unsafe { (*dev).rtnl_link_ops };
+        // SAFETY: `ops` points to the `ops` field of a `LinkKind<T>` (`Opaque` is
+        // `repr(transparent)`).
+        let kind = unsafe { crate::container_of!(ops, LinkKind<T>, ops) };
+        // SAFETY: That `LinkKind<T>` lives inside an `Arc`, the only kind `register` makes,
+        // whose pointer `Arc::into_raw` would give; the `Arc` outlives the registration of
+        // its operations, so this callback.
+        let kind = unsafe { ArcBorrow::from_raw(kind) };
+        // INVARIANT: The core passes `IFLA_MAX + 1` entries, for the callback.
         let links = LinkAttributes {
             data: tb,
             maxtype: bindings::__IFLA_MAX - 1,
@@ -428,14 +457,15 @@ unsafe extern "C" fn new_link_callback<T: Operations>(
         }
         // SAFETY: The parent is of our kind, so set up by `Adapter::register` for `T`, and
         // registered.
-        let (parent_dev, parent_data) =
-            unsafe { (NetDevice::from_raw(parent), Adapter::<T>::data(parent)) };
+        let (parent_dev, parent_data) = unsafe { Adapter::<T>::ours(parent) };
+        // INVARIANT: The core passes `maxtype + 1` entries or null, for the callback.
         let attrs = LinkAttributes {
             data,
             // SAFETY: The kind's operations are valid (above).
             maxtype: unsafe { (*ops).maxtype },
             _data: PhantomData,
         };
+        // INVARIANT: Allocated for the kind by the core, unregistered, for the callback.
         let link = NewLink { dev, kind };
         let made = T::new_link(link, parent_dev, parent_data, rtnl, &attrs);
         // SAFETY: `dev` is valid for the callback and RTNL is held.
@@ -448,8 +478,7 @@ unsafe extern "C" fn new_link_callback<T: Operations>(
                 if registered {
                     // SAFETY: Registered through `NewLink`, so set up by `Adapter::register`
                     // for `T`.
-                    let (ndev, data) =
-                        unsafe { (NetDevice::from_raw(dev), Adapter::<T>::data(dev)) };
+                    let (ndev, data) = unsafe { Adapter::<T>::ours(dev) };
                     // The driver lets go of the device as for `ip link del`, whatever it
                     // answers: the device goes.
                     let _ = T::del_link(ndev, data, rtnl);
@@ -474,15 +503,12 @@ unsafe extern "C" fn del_link_callback<T: Operations>(
     head: *mut bindings::list_head,
 ) {
     // SAFETY: Per the safety requirements the device is of our kind, so set up by
-    // `Adapter::register` for `T`; RTNL is held.
-    let (ndev, data, rtnl, owned) = unsafe {
-        (
-            NetDevice::from_raw(dev),
-            Adapter::<T>::data(dev),
-            Rtnl::assume_held(),
-            Adapter::<T>::owned(dev),
-        )
-    };
+    // `Adapter::register` for `T`.
+    let (ndev, data) = unsafe { Adapter::<T>::ours(dev) };
+    // SAFETY: Per the safety requirements RTNL is held.
+    let rtnl = unsafe { Rtnl::assume_held() };
+    // SAFETY: As for `ours`.
+    let owned = unsafe { Adapter::<T>::owned(dev) };
     if owned {
         // A registration unregisters its device when dropped; the core cannot report a
         // refusal, so say it.

@@ -26,17 +26,21 @@ use core::sync::atomic::AtomicBool;
 ///
 /// # Invariants
 ///
-/// `napi` is initialised by `netif_napi_add_weight` for the device that owns the context,
-/// then deleted by the registration before that device is freed.
+/// `napi` is all-zero with its SCHED bit set (as a disabled context has it) until a
+/// registration adds it to its device (`netif_napi_add_weight`, `attached` set), and is
+/// deleted by that registration before the device is freed: at every time, scheduling it
+/// is a no-op or schedules a context added to a live device.
 pub(crate) struct NapiBlock {
     napi: Opaque<bindings::napi_struct>,
     /// Whether a registration has added the context to its device.
     pub(crate) attached: AtomicBool,
 }
 
-// SAFETY: NAPI contexts are scheduled from any context; the core serialises polling.
+// SAFETY: The block is only scheduled through `napi_schedule`, which any thread may call;
+// the core serialises polling. Nothing in it is tied to a thread.
 unsafe impl Send for NapiBlock {}
-// SAFETY: See above.
+// SAFETY: Shared access only schedules the context (callable concurrently from any
+// context) or reads `attached`, an atomic.
 unsafe impl Sync for NapiBlock {}
 
 impl NapiBlock {
@@ -49,6 +53,7 @@ impl NapiBlock {
         // `netif_napi_add_weight` sets this bit too; `napi_enable` clears it.
         raw.state = 1 << bindings::NAPI_STATE_SCHED;
         let napi = Opaque::new(raw);
+        // INVARIANT: Zeroed with SCHED set, not attached.
         Ok(Arc::new(
             Self {
                 napi,
@@ -86,14 +91,20 @@ impl NapiHandle {
     /// Asks for a poll soon, unless one is pending or the context is disabled. Callable
     /// from any context, interrupts included. Returns whether this call scheduled it.
     pub fn schedule(&self) -> bool {
-        // SAFETY: The block is alive (we hold a reference) and was initialised by
-        // `netif_napi_add_weight`; a disabled or deleted context has its SCHED bit set, which
-        // makes this a no-op.
+        // SAFETY: The block is alive (we hold a reference); a context not yet added, disabled
+        // or deleted has its SCHED bit set, which makes this a no-op, and an added one is
+        // on a live device (type invariant of `NapiBlock`).
         unsafe { bindings::napi_schedule(self.0.as_raw()) }
     }
 }
 
 /// The NAPI context as seen by a poll function.
+///
+/// # Invariants
+///
+/// A `&Napi` refers to a context being polled (from the core's poll call, in softirq
+/// context, a NAPI thread or netpoll), added to a live, registered device, for the
+/// lifetime of the reference.
 #[repr(transparent)]
 pub struct Napi(Opaque<bindings::napi_struct>);
 
@@ -103,19 +114,23 @@ impl Napi {
     /// `ptr` must be a NAPI context being polled, valid for `'a`.
     pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::napi_struct) -> &'a Self {
         // SAFETY: `Napi` is `repr(transparent)`; validity is the caller's guarantee.
+        // INVARIANT: Being polled, as the caller guarantees.
         unsafe { &*ptr.cast() }
     }
 
     /// The device the context polls for.
     pub fn device(&self) -> &NetDevice {
-        // SAFETY: The context is being polled, so it is added to a live, registered device.
-        unsafe { NetDevice::from_raw((*self.0.get()).dev) }
+        // SAFETY: The context is valid (type invariant); its `dev` is set when it is added.
+        let dev = unsafe { (*self.0.get()).dev };
+        // SAFETY: The context is added to a live, registered device (type invariant),
+        // which outlives the poll.
+        unsafe { NetDevice::from_raw(dev) }
     }
 
     /// Hands a received packet to the stack through GRO.
     pub fn gro_receive(&self, mut skb: SkBuff) {
         skb.set_dev(self.device());
-        // SAFETY: The context is being polled (softirq context); `skb` is owned and its
+        // SAFETY: The context is being polled (type invariant); `skb` is owned and its
         // ownership passes to the stack.
         unsafe { bindings::napi_gro_receive(self.0.get(), skb.into_raw()) };
     }

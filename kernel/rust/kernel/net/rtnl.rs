@@ -52,7 +52,9 @@ impl RtnlGuard {
     /// Takes RTNL, waiting for it (process context; not from a device's sysfs file, see
     /// [`RtnlGuard::try_lock`]).
     pub fn lock() -> Self {
-        // SAFETY: `rtnl_lock` may sleep; callers are in process context.
+        // SAFETY: `rtnl_lock` has no precondition but a context that may sleep, which (as for
+        // every sleeping lock of this crate) is the caller's to provide; `might_sleep`
+        // reports a caller that does not.
         unsafe { bindings::rtnl_lock() };
         // INVARIANT: just taken.
         Self {
@@ -93,8 +95,8 @@ impl Drop for RtnlGuard {
 /// signal check), for a caller that could not take a lock it needs; returns the error to
 /// give back.
 pub fn restart_syscall() -> Error {
-    // SAFETY: `restart_syscall` only marks the current task; it is always safe to call from
-    // a system call.
+    // SAFETY: `restart_syscall` only sets a flag on the current task, which matters only on
+    // the way back from a system call: harmless anywhere else.
     let _ = unsafe { bindings::restart_syscall() };
     ERESTARTNOINTR
 }

@@ -82,7 +82,8 @@ pub struct SkBuff<O: Ownership = Owned> {
 }
 
 // SAFETY: An owned skb may be moved between threads; the stack does so all the time. A lent
-// one is used by the callee on the caller's thread only, but moving it would not matter.
+// one cannot outlive the call it is lent for (`'a`), and an skb carries no state tied to a
+// thread, so sending it for the duration of the loan is as safe.
 unsafe impl<O: Ownership> Send for SkBuff<O> {}
 
 impl SkBuff<Owned> {
@@ -92,6 +93,7 @@ impl SkBuff<Owned> {
     ///
     /// `ptr` must be a valid skb whose ownership the caller gives up.
     pub(crate) unsafe fn from_raw(ptr: *mut bindings::sk_buff) -> Self {
+        // INVARIANT: A valid skb whose ownership the caller gives to us.
         Self {
             // SAFETY: The caller guarantees `ptr` is valid, hence non-null.
             ptr: unsafe { NonNull::new_unchecked(ptr) },
@@ -191,9 +193,12 @@ impl<O: Ownership> SkBuff<O> {
 
     /// The linear part of the data.
     pub fn data(&self) -> &[u8] {
-        // SAFETY: `data` points to `headlen()` initialised bytes of this skb, which we hold
-        // exclusively (type invariant) for the lifetime of the borrow.
-        unsafe { core::slice::from_raw_parts((*self.raw()).data, self.headlen() as usize) }
+        // SAFETY: By the type invariant the skb is valid.
+        let data = unsafe { (*self.raw()).data };
+        // SAFETY: `data` points to `headlen()` initialised bytes, which nobody writes while
+        // the borrow lasts: we hold the skb exclusively, or (cloned, or lent for shared use)
+        // its data is read-only for every holder by the kernel's rules for shared skbs.
+        unsafe { core::slice::from_raw_parts(data, self.headlen() as usize) }
     }
 
     /// The linear part of the data, writable. Data shared with clones is copied first, so
@@ -201,9 +206,11 @@ impl<O: Ownership> SkBuff<O> {
     pub fn data_mut(&mut self) -> Result<&mut [u8]> {
         // SAFETY: The skb is valid; `skb_cow` makes its linear data private to it.
         to_result(unsafe { bindings::skb_cow(self.raw(), 0) })?;
+        // SAFETY: By the type invariant the skb is valid.
+        let data = unsafe { (*self.raw()).data };
         // SAFETY: `data` points to `headlen()` initialised bytes that only this skb uses now
         // (unshared above), and the borrow is exclusive.
-        Ok(unsafe { core::slice::from_raw_parts_mut((*self.raw()).data, self.headlen() as usize) })
+        Ok(unsafe { core::slice::from_raw_parts_mut(data, self.headlen() as usize) })
     }
 
     fn is_cloned(&self) -> bool {
@@ -258,27 +265,26 @@ impl<O: Ownership> SkBuff<O> {
 
     /// The protocol of the payload (an ethertype, host order).
     pub fn protocol(&self) -> u16 {
-        // SAFETY: By the type invariant the skb is valid; `protocol` sits in the `headers`
-        // struct group, whose anonymous view bindgen names `__bindgen_anon_4.__bindgen_anon_1`.
-        u16::from_be(unsafe {
-            (*self.raw())
-                .__bindgen_anon_4
-                .__bindgen_anon_1
-                .as_ref()
-                .protocol
-        })
+        // SAFETY: By the type invariant the skb is valid.
+        let group = unsafe { &(*self.raw()).__bindgen_anon_4 };
+        // SAFETY: `protocol` sits in the `headers` struct group, whose anonymous view
+        // bindgen names `__bindgen_anon_4.__bindgen_anon_1`: both views are always valid.
+        let headers = unsafe { group.__bindgen_anon_1.as_ref() };
+        u16::from_be(headers.protocol)
     }
 
     /// Sets the protocol of the payload (an ethertype, host order).
     pub fn set_protocol(&mut self, ethertype: u16) {
-        // SAFETY: By the type invariant the skb is valid and held exclusively by us; see `protocol`.
-        unsafe {
-            (*self.raw())
-                .__bindgen_anon_4
-                .__bindgen_anon_1
-                .as_mut()
-                .protocol = ethertype.to_be()
-        };
+        self.headers_mut().protocol = ethertype.to_be();
+    }
+
+    /// The `headers` struct group (protocol, packet type, ...), ours to write.
+    fn headers_mut(&mut self) -> &mut bindings::sk_buff__bindgen_ty_4__bindgen_ty_1 {
+        // SAFETY: By the type invariant the skb is valid and held exclusively by us, for as
+        // long as `self` is borrowed.
+        let group = unsafe { &mut (*self.raw()).__bindgen_anon_4 };
+        // SAFETY: See `protocol`: both views of the group are always valid.
+        unsafe { group.__bindgen_anon_1.as_mut() }
     }
 
     /// Tells the local sender of this IPv4 or IPv6 packet that it exceeds the path MTU
@@ -294,27 +300,29 @@ impl<O: Ownership> SkBuff<O> {
         const ICMP_FRAG_NEEDED: c_int = 4;
         match self.protocol() {
             ETH_P_IP => {
-                // SAFETY: The skb is valid and ours; a packet without a route is skipped by
-                // the helper; the ICMP code reads the network header the stack set.
+                // SAFETY: The skb is valid and ours; the helper skips a packet without a
+                // route.
+                unsafe { bindings::skb_dst_update_pmtu_no_confirm(self.raw(), mtu) };
+                // SAFETY: The skb is valid and ours. The ICMP code does nothing for a packet
+                // without a route, and reads the IP header only after checking that the
+                // network header lies within the linear data.
                 unsafe {
-                    bindings::skb_dst_update_pmtu_no_confirm(self.raw(), mtu);
                     bindings::icmp_ndo_send(
                         self.raw(),
                         ICMP_DEST_UNREACH,
                         ICMP_FRAG_NEEDED,
                         mtu.to_be(),
-                    );
-                }
+                    )
+                };
                 Ok(())
             }
             #[cfg(CONFIG_IPV6)]
             ETH_P_IPV6 => {
                 const ICMPV6_PKT_TOOBIG: u8 = 2;
-                // SAFETY: As above, for IPv6.
-                unsafe {
-                    bindings::skb_dst_update_pmtu_no_confirm(self.raw(), mtu);
-                    bindings::icmpv6_ndo_send(self.raw(), ICMPV6_PKT_TOOBIG, 0, mtu);
-                }
+                // SAFETY: As for IPv4.
+                unsafe { bindings::skb_dst_update_pmtu_no_confirm(self.raw(), mtu) };
+                // SAFETY: As for IPv4: the ICMPv6 code checks the IPv6 header's place too.
+                unsafe { bindings::icmpv6_ndo_send(self.raw(), ICMPV6_PKT_TOOBIG, 0, mtu) };
                 Ok(())
             }
             _ => Err(EINVAL),
@@ -341,15 +349,8 @@ impl<O: Ownership> SkBuff<O> {
 
     /// Sets who the packet was addressed to.
     pub fn set_pkt_type(&mut self, pkt_type: PacketType) {
-        // SAFETY: By the type invariant the skb is valid and held exclusively by us; `pkt_type` is a
-        // bitfield of the `headers` group (see `protocol`).
-        unsafe {
-            (*self.raw())
-                .__bindgen_anon_4
-                .__bindgen_anon_1
-                .as_mut()
-                .set_pkt_type(pkt_type as u8)
-        };
+        // `pkt_type` is a bitfield of the `headers` group.
+        self.headers_mut().set_pkt_type(pkt_type as u8);
     }
 
     /// Appends `len` bytes at `offset` of `page` as the next page fragment; the skb takes
@@ -359,8 +360,7 @@ impl<O: Ownership> SkBuff<O> {
         if self.is_cloned() || offset.checked_add(len).map_or(true, |end| end > PAGE_SIZE) {
             return Err(EINVAL);
         }
-        // SAFETY: By the type invariant the skb is valid; its shared info exists.
-        let nr = unsafe { (*bindings::skb_shinfo(self.raw())).nr_frags };
+        let nr = self.shinfo().nr_frags;
         if u32::from(nr) >= bindings::MAX_SKB_FRAGS {
             return Err(ENOSPC);
         }
@@ -398,8 +398,16 @@ impl<O: Ownership> SkBuff<O> {
 
     /// Number of page fragments after the linear part.
     pub fn nr_frags(&self) -> usize {
-        // SAFETY: By the type invariant the skb is valid; its shared info exists.
-        usize::from(unsafe { (*bindings::skb_shinfo(self.raw())).nr_frags })
+        usize::from(self.shinfo().nr_frags)
+    }
+
+    /// The shared info (fragments), read while the skb is held.
+    fn shinfo(&self) -> &bindings::skb_shared_info {
+        // SAFETY: By the type invariant the skb is valid.
+        let shinfo = unsafe { bindings::skb_shinfo(self.raw()) };
+        // SAFETY: Every skb has its shared info at the end of its head; its fragments are
+        // changed only by the holder of an unshared skb, through `&mut self`.
+        unsafe { &*shinfo }
     }
 
     /// Fragment `index`: its page, the offset of its bytes in that page and their length.
@@ -409,17 +417,14 @@ impl<O: Ownership> SkBuff<O> {
         if index >= self.nr_frags() {
             return None;
         }
-        // SAFETY: By the type invariant the skb is valid; `index` is below `nr_frags`, so the
-        // fragment is initialised.
-        let frag = unsafe { &(*bindings::skb_shinfo(self.raw())).frags[index] };
+        // `index` is below `nr_frags`, so the fragment is initialised.
+        let frag = self.shinfo().frags.get(index)?;
         // SAFETY: `frag` is a valid fragment of the skb.
-        let (page, offset, len) = unsafe {
-            (
-                bindings::skb_frag_page(frag),
-                bindings::skb_frag_off(frag),
-                bindings::skb_frag_size(frag),
-            )
-        };
+        let page = unsafe { bindings::skb_frag_page(frag) };
+        // SAFETY: As above.
+        let offset = unsafe { bindings::skb_frag_off(frag) };
+        // SAFETY: As above.
+        let len = unsafe { bindings::skb_frag_size(frag) };
         Some((NonNull::new(page)?, offset as usize, len as usize))
     }
 
@@ -437,7 +442,7 @@ impl<O: Ownership> SkBuff<O> {
     pub fn orphan(&mut self) {
         // SAFETY: By the type invariant the skb is valid and held exclusively by us.
         unsafe { bindings::skb_orphan(self.raw()) };
-        // SAFETY: As above.
+        // SAFETY: The skb is valid and ours alone: its route reference is ours to drop.
         unsafe { bindings::skb_dst_drop(self.raw()) };
     }
 }

@@ -42,6 +42,7 @@ impl AhAttr {
         a.grh.sgid_index = sgid_index;
         a.grh.hop_limit = hop_limit;
         a.__bindgen_anon_1.roce = bindings::roce_ah_attr { dmac };
+        // INVARIANT: No source GID attribute.
         Self(a)
     }
 
@@ -55,6 +56,7 @@ impl AhAttr {
             dlid,
             src_path_bits: 0,
         };
+        // INVARIANT: No source GID attribute.
         Self(a)
     }
 

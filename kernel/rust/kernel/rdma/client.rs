@@ -265,8 +265,12 @@ unsafe extern "C" fn net_device_callback<T: Client>(
     let request = NetDevRequest {
         port,
         pkey,
-        // SAFETY: Null or valid for the call (the caller's guarantee).
-        gid: (!gid.is_null()).then(|| Gid(unsafe { (*gid).raw })),
+        gid: (!gid.is_null()).then(|| {
+            // SAFETY: Null or valid for the call (the caller's guarantee).
+            let gid = unsafe { &*gid };
+            // SAFETY: Every bit pattern of the union is a valid byte array.
+            Gid(unsafe { gid.raw })
+        }),
         // SAFETY: As above, and as large as its family needs.
         addr: (!addr.is_null()).then(|| unsafe { SockAddr::from_raw(addr) }),
     };

@@ -34,7 +34,7 @@ pub struct GidAttr(NonNull<bindings::ib_gid_attr>);
 
 // SAFETY: The reference count is atomic; the attributes are immutable.
 unsafe impl Send for GidAttr {}
-// SAFETY: See above.
+// SAFETY: Shared access only reads the attributes, which never change while referenced.
 unsafe impl Sync for GidAttr {}
 
 impl GidAttr {
@@ -54,9 +54,11 @@ impl GidAttr {
 
     /// The GID.
     pub fn gid(&self) -> Gid {
-        // SAFETY: By the type invariant the attributes are valid; every bit pattern of the
-        // union is a valid byte array.
-        Gid(unsafe { (*self.0.as_ptr()).gid.raw })
+        // SAFETY: By the type invariant the attributes are valid, and not changed while
+        // referenced.
+        let gid = unsafe { &(*self.0.as_ptr()).gid };
+        // SAFETY: Every bit pattern of the union is a valid byte array.
+        Gid(unsafe { gid.raw })
     }
 
     /// The entry's GID type.
@@ -132,6 +134,23 @@ impl PathRecord {
     /// A RoCE v2 path to a peer whose GID is an IPv6 link-local address derived from its MAC
     /// (the default GID of every RoCE port), which gives the destination MAC without a
     /// neighbour lookup. Other GIDs give `EINVAL`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{cm::PathRecord, device::{Gid, Mtu}};
+    ///
+    /// let ours = Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56]);
+    /// let peer = Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x57]);
+    /// let path = PathRecord::roce_v2_link_local(&ours, &peer, Mtu::Mtu1024)?;
+    /// assert_eq!(path.dgid(), peer);
+    /// assert_eq!(path.mtu(), Some(Mtu::Mtu1024));
+    ///
+    /// // An IPv4-mapped GID says nothing of the peer's MAC.
+    /// let mapped = Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1]);
+    /// assert!(PathRecord::roce_v2_link_local(&ours, &mapped, Mtu::Mtu1024).is_err());
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn roce_v2_link_local(sgid: &Gid, dgid: &Gid, mtu: super::device::Mtu) -> Result<Self> {
         let g = &dgid.0;
         // fe80::/64 with a modified EUI-64 interface id (ff:fe in the middle).
@@ -146,6 +165,14 @@ impl PathRecord {
 
 /// A random 24-bit packet sequence number to start a connection with, so that packets of an
 /// earlier connection between the same queue pair numbers are not taken for new ones.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::cm::random_psn;
+///
+/// assert!((0..64).all(|_| random_psn() <= 0xff_ffff));
+/// ```
 pub fn random_psn() -> u32 {
     // SAFETY: `get_random_u32` has no preconditions and may be called in any context.
     unsafe { bindings::get_random_u32() & 0xff_ffff }
@@ -171,6 +198,11 @@ pub struct ReqParams<'a> {
     pub rnr_retry_count: u8,
     /// CM message retries (at most 15).
     pub max_cm_retries: u8,
+    /// How long either side may take to answer a CM message: 4.096 us x 2^this (at most
+    /// 31).
+    pub cm_response_timeout: u8,
+    /// The packet sequence number our first send starts at (24 bits).
+    pub starting_psn: u32,
 }
 
 /// Why a peer refused a connection (`enum ib_cm_rej_reason`), as a raw code.
@@ -228,6 +260,11 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 /// An identifier seen from inside a callback.
+///
+/// # Invariants
+///
+/// A `&CmIdRef` refers to a live identifier for the lifetime of the reference: the one a
+/// callback is running for, or one a [`CmId`] owns.
 #[repr(transparent)]
 pub struct CmIdRef(Opaque<bindings::ib_cm_id>);
 
@@ -241,7 +278,22 @@ impl CmIdRef {
     /// `ptr` must be a valid identifier for `'a`.
     unsafe fn from_raw<'a>(ptr: *mut bindings::ib_cm_id) -> &'a Self {
         // SAFETY: `CmIdRef` is `repr(transparent)`; validity is the caller's guarantee.
+        // INVARIANT: Live for `'a`, as the caller guarantees.
         unsafe { &*ptr.cast() }
+    }
+
+    /// The identifier's context.
+    ///
+    /// # Safety
+    ///
+    /// The context must be `Arc<C>::into_foreign` of a reference released no earlier than
+    /// `'a` ends.
+    unsafe fn context<'a, C: Send + Sync + 'static>(&'a self) -> ArcBorrow<'a, C> {
+        // SAFETY: The identifier is valid (type invariant); its context is set before its
+        // callbacks run and only changed by the REQ callback that owns it then.
+        let ctx = unsafe { (*self.raw()).context };
+        // SAFETY: `ctx` is an `Arc<C>` alive for `'a` (the caller's guarantee).
+        unsafe { <Arc<C> as ForeignOwnable>::borrow(ctx) }
     }
 
     fn private(data: &[u8]) -> Result<(*const c_void, u8)> {
@@ -264,13 +316,16 @@ impl CmIdRef {
             QpType::Uc => bindings::ib_qp_type_IB_QPT_UC,
             QpType::Ud => return Err(EINVAL),
         };
-        param.starting_psn = qp.qp_num() & 0xff_ffff;
+        if p.cm_response_timeout > 31 {
+            return Err(EINVAL);
+        }
+        param.starting_psn = p.starting_psn & 0xff_ffff;
         param.private_data = data;
         param.private_data_len = len;
         param.responder_resources = p.responder_resources;
         param.initiator_depth = 0;
-        param.remote_cm_response_timeout = 20;
-        param.local_cm_response_timeout = 20;
+        param.remote_cm_response_timeout = p.cm_response_timeout;
+        param.local_cm_response_timeout = p.cm_response_timeout;
         param.retry_count = p.retry_count;
         param.rnr_retry_count = p.rnr_retry_count;
         param.max_cm_retries = p.max_cm_retries;
@@ -385,7 +440,7 @@ impl CmIdRef {
             attr.rq_psn = psn;
             attr.min_rnr_timer = rnr_timer.code();
         }
-        qp.modify(&mut attr, mask as u32)
+        qp.modify_raw(&mut attr, mask as u32)
     }
 }
 
@@ -442,15 +497,13 @@ unsafe extern "C" fn handler_callback<T: Handler>(
     id: *mut bindings::ib_cm_id,
     ev: *const bindings::ib_cm_event,
 ) -> c_int {
-    // SAFETY: The CM passes a valid identifier and event for the duration of the call; the
-    // context is the `Arc<T>` the owning `CmId` keeps until the identifier is destroyed.
-    let (idref, ev, handler) = unsafe {
-        (
-            CmIdRef::from_raw(id),
-            &*ev,
-            <Arc<T> as ForeignOwnable>::borrow((*id).context),
-        )
-    };
+    // SAFETY: The CM passes a valid identifier for the duration of the call.
+    let idref = unsafe { CmIdRef::from_raw(id) };
+    // SAFETY: The CM passes a valid event for the duration of the call.
+    let ev = unsafe { &*ev };
+    // SAFETY: The context is the `Arc<T>` the owning `CmId` keeps until the identifier is
+    // destroyed, after which no callback runs.
+    let handler = unsafe { idref.context::<T>() };
     handler.event(idref, event_of(ev));
     0
 }
@@ -488,13 +541,13 @@ fn create_id<C: Send + Sync + 'static>(
 /// [`Request::accept`].
 unsafe fn destroy_id<C: Send + Sync + 'static>(id: NonNull<bindings::ib_cm_id>) {
     let id = id.as_ptr();
-    // SAFETY: `id` is live and ours; after `ib_destroy_cm_id` returns no callback runs any
-    // more, so the context can be released.
-    unsafe {
-        let ctx = (*id).context;
-        bindings::ib_destroy_cm_id(id);
-        drop(<Arc<C> as ForeignOwnable>::from_foreign(ctx));
-    }
+    // SAFETY: `id` is live and ours.
+    let ctx = unsafe { (*id).context };
+    // SAFETY: `id` is live and ours, destroyed once.
+    unsafe { bindings::ib_destroy_cm_id(id) };
+    // SAFETY: After `ib_destroy_cm_id` returned no callback runs any more; `ctx` came from
+    // `Arc<C>::into_foreign` and is released once.
+    drop(unsafe { <Arc<C> as ForeignOwnable>::from_foreign(ctx) });
 }
 
 /// A communication identifier owned by Rust with handler `T`: destroyed on drop.
@@ -530,7 +583,7 @@ impl<T: Handler> CmId<T> {
     /// The handler of this identifier.
     pub fn handler(&self) -> ArcBorrow<'_, T> {
         // SAFETY: By the type invariant the context is our `Arc<T>`, released only in `drop`.
-        unsafe { <Arc<T> as ForeignOwnable>::borrow((*self.id.as_ptr()).context) }
+        unsafe { self.id().context::<T>() }
     }
 
     /// The identifier, to send messages with.
@@ -548,6 +601,12 @@ impl<T: Handler> Drop for CmId<T> {
 }
 
 /// A connection request that arrived at a [`Listener`].
+///
+/// # Invariants
+///
+/// `ev` is the event of type `IB_CM_REQ_RECEIVED` the CM passed to the listener's callback
+/// for `id`, the new identifier: its `req_rcvd` parameters and its private data (the REQ's
+/// size) are valid for `'a`.
 pub struct Request<'a> {
     id: &'a CmIdRef,
     ev: &'a bindings::ib_cm_event,
@@ -602,15 +661,17 @@ impl<'a> Request<'a> {
     /// Takes the new identifier over with `handler` for its later events. Without this, the
     /// CM rejects the request and destroys the identifier when the callback returns.
     pub fn accept<T: Handler>(self, handler: Arc<T>) -> Result<CmId<T>> {
-        // SAFETY: The identifier is valid; `device` is set at creation and never changes.
-        let device = unsafe { Device::from_raw((*self.id.raw()).device) }.get_ref()?;
         let raw = self.id.raw();
+        // SAFETY: The identifier is valid; `device` is set at creation and never changes.
+        let device = unsafe { (*raw).device };
+        // SAFETY: The identifier's device is registered while it exists.
+        let device = unsafe { Device::from_raw(device) }.get_ref()?;
         // SAFETY: We are inside the REQ callback of this new identifier: the CM delivers no
-        // other event for it until we return, so switching its handler and context is safe.
-        unsafe {
-            (*raw).cm_handler = Some(handler_callback::<T>);
-            (*raw).context = handler.into_foreign().cast_mut();
-        }
+        // other event for it until we return, so switching its handler is safe.
+        unsafe { (*raw).cm_handler = Some(handler_callback::<T>) };
+        // SAFETY: As above, for its context; the listener's, there before, is borrowed, not
+        // owned by the new identifier.
+        unsafe { (*raw).context = handler.into_foreign().cast_mut() };
         self.accepted.set(true);
         // INVARIANT: handler and context set just above; the CM keeps the identifier since
         // the callback reports acceptance.
@@ -638,16 +699,19 @@ unsafe extern "C" fn listen_callback<L: ListenHandler>(
     id: *mut bindings::ib_cm_id,
     ev: *const bindings::ib_cm_event,
 ) -> c_int {
-    // SAFETY: The CM passes a valid identifier and event for the duration of the call.
-    let (idref, ev) = unsafe { (CmIdRef::from_raw(id), &*ev) };
+    // SAFETY: The CM passes a valid identifier for the duration of the call.
+    let idref = unsafe { CmIdRef::from_raw(id) };
+    // SAFETY: The CM passes a valid event for the duration of the call.
+    let ev = unsafe { &*ev };
     if ev.event != bindings::ib_cm_event_type_IB_CM_REQ_RECEIVED {
         // Only requests reach a listener; a spawned identifier not accepted gets none.
         return 0;
     }
     // SAFETY: The context is the listener's `Arc<L>`, alive while the listening identifier
     // exists, which the CM guarantees while requests for it are delivered.
-    let listener = unsafe { <Arc<L> as ForeignOwnable>::borrow((*id).context) };
+    let listener = unsafe { idref.context::<L>() };
     let accepted = core::cell::Cell::new(false);
+    // INVARIANT: A REQ event (checked above) for the new identifier `idref`.
     let ret = listener.request(Request {
         id: idref,
         ev,

@@ -38,7 +38,8 @@ pub struct CompletionQueue<H: CompletionHandler> {
 
 // SAFETY: Providers serialise access to a CQ internally; the handler is `Send + Sync`.
 unsafe impl<H: CompletionHandler> Send for CompletionQueue<H> {}
-// SAFETY: See above.
+// SAFETY: Shared access polls and arms the CQ, which providers lock internally, and
+// reaches the handler, which is `Sync`.
 unsafe impl<H: CompletionHandler> Sync for CompletionQueue<H> {}
 
 /// # Safety
@@ -48,8 +49,9 @@ unsafe extern "C" fn completion_callback<H: CompletionHandler>(
     _cq: *mut bindings::ib_cq,
     context: *mut c_void,
 ) {
-    // SAFETY: `context` is the `Arc<H>` pointer given at creation, which outlives the CQ (type
-    // invariant of `CompletionQueue`), and the core only calls this while the CQ exists.
+    // SAFETY: `context` is the `*const H` of the `Arc<H>` given at creation, which outlives
+    // the CQ (type invariant of `CompletionQueue`), and the core only calls this while the
+    // CQ exists.
     let handler = unsafe { &*context.cast::<H>() };
     handler.completion();
 }
@@ -199,18 +201,24 @@ pub enum WcOpcode {
 pub struct QpId(pub(crate) usize);
 
 /// One work completion (`struct ib_wc`), filled in by [`CompletionQueue::poll`].
+///
+/// # Invariants
+///
+/// The pointers inside (`qp`, and `wr_cqe` sharing its place with `wr_id`) are never
+/// dereferenced: they only identify the queue pair and request a completion is for.
 #[repr(transparent)]
 pub struct WorkCompletion(bindings::ib_wc);
 
 // SAFETY: A completion is plain data; its pointers only identify objects, never dereferenced.
 unsafe impl Send for WorkCompletion {}
-// SAFETY: See above.
+// SAFETY: Shared access only reads plain fields.
 unsafe impl Sync for WorkCompletion {}
 
 impl WorkCompletion {
     /// An empty completion, to poll into.
     pub const fn new() -> Self {
         // SAFETY: `ib_wc` is integers, C enums and pointers, for which zero is valid.
+        // INVARIANT: Null pointers, never dereferenced.
         Self(unsafe { core::mem::MaybeUninit::zeroed().assume_init() })
     }
 

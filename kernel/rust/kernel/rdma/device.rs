@@ -79,17 +79,20 @@ impl Device {
         Ok(DeviceRef(raw.cast()))
     }
 
-    /// Returns the device's name, e.g. `rxe0`.
-    ///
-    /// The RDMA core only renames a device while holding the device list lock with its clients
-    /// informed, the same guarantee under which the C drivers print this field.
-    pub fn name(&self) -> &CStr {
-        // SAFETY: By the type invariant the device is valid; `name` is a NUL-terminated array
-        // inside it, so it lives as long as `self`.
-        let name = unsafe { &(*self.as_raw()).name };
-        // SAFETY: The RDMA core always stores a NUL-terminated name (`dev_set_name` sized to
-        // `IB_DEVICE_NAME_MAX`).
-        unsafe { CStr::from_char_ptr(name.as_ptr()) }
+    /// The device's name as it is now, e.g. `rxe0`: a copy, since `rdma dev set NAME name`
+    /// rewrites it in place while we may hold the device.
+    pub fn name(&self) -> DeviceName {
+        let mut name = [0u8; DEVICE_NAME_MAX];
+        // SAFETY: By the type invariant the device is valid; only the address of its `name`
+        // array is taken, no reference (a rename writes it meanwhile).
+        let src = unsafe { core::ptr::addr_of!((*self.as_raw()).name) }.cast::<u8>();
+        // The last byte stays 0: the copy is NUL-terminated whatever is read.
+        for (i, byte) in name.iter_mut().enumerate().take(DEVICE_NAME_MAX - 1) {
+            // SAFETY: `i` is within the array; each byte is read once, as `READ_ONCE` reads
+            // it (a rename racing this gives a torn name, as C's printers may see).
+            *byte = unsafe { core::ptr::read_volatile(src.wrapping_add(i)) };
+        }
+        DeviceName(name)
     }
 
     /// Writes the firmware version the driver reports into `buf` (empty when it reports
@@ -373,6 +376,33 @@ impl Mtu {
             4096 => Mtu::Mtu4096,
             _ => return None,
         })
+    }
+}
+
+const DEVICE_NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
+
+/// A copy of an RDMA device's name ([`Device::name`]).
+#[derive(Clone, Copy)]
+pub struct DeviceName([u8; DEVICE_NAME_MAX]);
+
+impl DeviceName {
+    /// The name's bytes, without the NUL.
+    pub fn as_bytes(&self) -> &[u8] {
+        let len = self
+            .0
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(DEVICE_NAME_MAX - 1);
+        self.0.get(..len).unwrap_or(&[])
+    }
+}
+
+impl core::fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for &b in self.as_bytes() {
+            core::fmt::Write::write_char(f, char::from(b))?;
+        }
+        Ok(())
     }
 }
 

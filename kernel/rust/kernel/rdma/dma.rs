@@ -56,8 +56,12 @@ pub struct DmaBuffer {
 }
 
 impl DmaBuffer {
-    /// Allocates `size` zeroed bytes with `flags` and maps them for `dir` on `device`.
+    /// Allocates `size` zeroed bytes with `flags` and maps them for `dir` on `device`;
+    /// `EINVAL` for 0 bytes (there would be no memory to map).
     pub fn new(device: &Device, size: usize, dir: DmaDirection, flags: Flags) -> Result<Self> {
+        if size == 0 {
+            return Err(EINVAL);
+        }
         let device = device.get_ref()?;
         let mut buf = KVec::from_elem(0u8, size, flags)?;
         // SAFETY: The device is registered; `buf` is a live allocation of `size` bytes that
@@ -142,14 +146,16 @@ impl DmaBuffer {
 ///
 /// `addr` must be a live streaming mapping of at least `len` bytes for `dir` on `device`.
 unsafe fn sync(device: &DeviceRef, addr: u64, len: usize, dir: DmaDirection, to_device: bool) {
-    // SAFETY: The caller guarantees the mapping; the device is registered while referenced.
-    unsafe {
-        if to_device {
+    if to_device {
+        // SAFETY: The caller guarantees the mapping; the device is registered while
+        // referenced.
+        unsafe {
             bindings::ib_dma_sync_single_for_device(device.as_raw(), addr, len, dir.as_raw())
-        } else {
-            bindings::ib_dma_sync_single_for_cpu(device.as_raw(), addr, len, dir.as_raw())
-        }
-    };
+        };
+    } else {
+        // SAFETY: As above.
+        unsafe { bindings::ib_dma_sync_single_for_cpu(device.as_raw(), addr, len, dir.as_raw()) };
+    }
 }
 
 impl Drop for DmaBuffer {
@@ -212,12 +218,11 @@ impl DmaPage {
     pub fn into_page(self) -> Page {
         let mut this = ManuallyDrop::new(self);
         this.unmap();
-        // SAFETY: `this` is never used or dropped again, so the page is taken exactly once;
-        // the device reference is released here as `drop` would.
-        unsafe {
-            core::ptr::drop_in_place(&mut this.device);
-            ManuallyDrop::take(&mut this.page)
-        }
+        // SAFETY: `this` is never used or dropped again: the device reference is released
+        // here, once, as `drop` would.
+        unsafe { core::ptr::drop_in_place(&mut this.device) };
+        // SAFETY: As above: the page is taken exactly once.
+        unsafe { ManuallyDrop::take(&mut this.page) }
     }
 
     fn unmap(&mut self) {
@@ -447,7 +452,7 @@ impl SkbMapping {
             // and stays referenced by the skb until unmapped.
             let addr =
                 unsafe { bindings::ib_dma_map_page(device, page.as_ptr(), offset, len, to_device) };
-            // SAFETY: As above.
+            // SAFETY: The device is valid and `addr` came from a mapping on it.
             if unsafe { bindings::ib_dma_mapping_error(device, addr) } != 0 {
                 return Err((ENOMEM, this.into_skb()));
             }

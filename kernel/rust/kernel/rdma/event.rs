@@ -84,9 +84,10 @@ unsafe extern "C" fn event_callback<T: EventHandler>(
     event: *mut bindings::ib_event,
 ) {
     // SAFETY: `handler` is the first field of a `repr(C)` `EventRegistration<T>` that stays
-    // alive until unregistered, which waits for running callbacks; `event` is valid for the
-    // call and names a registered device.
-    let (reg, event) = unsafe { (&*handler.cast::<EventRegistration<T>>(), &*event) };
+    // alive until unregistered, which waits for running callbacks.
+    let reg = unsafe { &*handler.cast::<EventRegistration<T>>() };
+    // SAFETY: `event` is valid for the call and names a registered device.
+    let event = unsafe { &*event };
     reg.data.event(&reg.device, AsyncEvent::from_raw(event));
 }
 
@@ -102,16 +103,17 @@ impl<T: EventHandler> EventRegistration<T> {
         .pin_chain(|this| {
             let raw = this.handler.get();
             // SAFETY: `raw` is pinned inside `this`, which is fully initialised; the handler
-            // struct is set up as `INIT_IB_EVENT_HANDLER` does, then registered.
-            // INVARIANT: registered here, unregistered in `drop`.
+            // struct is set up as `INIT_IB_EVENT_HANDLER` does.
             unsafe {
                 bindings::ib_init_event_handler(
                     raw,
                     this.device.as_raw(),
                     Some(event_callback::<T>),
-                );
-                bindings::ib_register_event_handler(raw);
-            }
+                )
+            };
+            // SAFETY: `raw` is set up just above, pinned, and not registered yet.
+            // INVARIANT: registered here, unregistered in `drop`.
+            unsafe { bindings::ib_register_event_handler(raw) };
             Ok(())
         })
     }

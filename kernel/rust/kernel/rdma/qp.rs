@@ -97,8 +97,10 @@ pub trait QpEventHandler: Send + Sync {
 /// context that function registered.
 unsafe extern "C" fn qp_event_callback(event: *mut bindings::ib_event, context: *mut c_void) {
     // SAFETY: `context` is the boxed handler of a queue pair, freed only after the queue pair
-    // is destroyed, which ends the calls of this function; `event` is valid for the call.
-    let (handler, event) = unsafe { (&*context.cast::<Arc<dyn QpEventHandler>>(), &*event) };
+    // is destroyed, which ends the calls of this function.
+    let handler = unsafe { &*context.cast::<Arc<dyn QpEventHandler>>() };
+    // SAFETY: `event` is valid for the call.
+    let event = unsafe { &*event };
     handler.event(QpEvent::from_raw(event.event));
 }
 
@@ -483,6 +485,113 @@ pub enum State {
     Error,
 }
 
+/// A change of a queue pair's state and attributes (`struct ib_qp_attr` with its mask),
+/// built by the user and applied with [`QueuePair::modify`]: which attributes a transport
+/// needs at each step is the user's protocol, which the core checks. Moving to RESET or
+/// ERROR has its own methods ([`QueuePair::reset`], [`QueuePair::set_error`]), since the
+/// buffers posted are accounted for there.
+///
+/// # Examples
+///
+/// A UD queue pair brought up on port 1, P_Key index 0, with a Q_Key:
+///
+/// ```
+/// use kernel::rdma::qp::{QpChange, QueuePair};
+///
+/// fn bring_up(qp: &QueuePair) -> Result {
+///     qp.modify(&QpChange::to_init().port(1).pkey_index(0).qkey(0x0b1b))?;
+///     qp.modify(&QpChange::to_ready_to_receive())?;
+///     qp.modify(&QpChange::to_ready_to_send().send_psn(0))
+/// }
+/// # let _ = bring_up;
+/// ```
+///
+/// # Invariants
+///
+/// `attr` holds no pointer: its address vectors are zeroed (their `sgid_attr` null), since
+/// no method sets them and nothing would release what they pointed to.
+#[derive(Clone, Copy)]
+pub struct QpChange {
+    attr: bindings::ib_qp_attr,
+    mask: u32,
+}
+
+/// Attributes that change nothing but the state, to `state`.
+fn qp_attr(state: bindings::ib_qp_state) -> bindings::ib_qp_attr {
+    // SAFETY: All-zero is a valid `ib_qp_attr`.
+    let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
+    attr.qp_state = state;
+    attr
+}
+
+impl QpChange {
+    fn to(state: bindings::ib_qp_state) -> Self {
+        Self {
+            attr: qp_attr(state),
+            mask: bindings::ib_qp_attr_mask_IB_QP_STATE,
+        }
+    }
+
+    /// To INIT, from RESET (or INIT again).
+    pub fn to_init() -> Self {
+        Self::to(bindings::ib_qp_state_IB_QPS_INIT)
+    }
+
+    /// To ready-to-receive, from INIT.
+    pub fn to_ready_to_receive() -> Self {
+        Self::to(bindings::ib_qp_state_IB_QPS_RTR)
+    }
+
+    /// To ready-to-send, from ready-to-receive (or from SQE/SQD back).
+    pub fn to_ready_to_send() -> Self {
+        Self::to(bindings::ib_qp_state_IB_QPS_RTS)
+    }
+
+    /// Attributes only, the state kept (as a Q_Key changed on a queue pair in use).
+    pub fn attributes() -> Self {
+        Self {
+            attr: qp_attr(bindings::ib_qp_state_IB_QPS_RTS),
+            mask: 0,
+        }
+    }
+
+    /// The port the queue pair sends from.
+    pub fn port(mut self, port: u32) -> Self {
+        self.attr.port_num = port;
+        self.mask |= bindings::ib_qp_attr_mask_IB_QP_PORT;
+        self
+    }
+
+    /// The index of its partition key in the port's P_Key table.
+    pub fn pkey_index(mut self, index: u16) -> Self {
+        self.attr.pkey_index = index;
+        self.mask |= bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX;
+        self
+    }
+
+    /// The Q_Key a datagram must carry to be taken (UD).
+    pub fn qkey(mut self, qkey: u32) -> Self {
+        self.attr.qkey = qkey;
+        self.mask |= bindings::ib_qp_attr_mask_IB_QP_QKEY;
+        self
+    }
+
+    /// The first send's packet sequence number (24 bits).
+    pub fn send_psn(mut self, psn: u32) -> Self {
+        self.attr.sq_psn = psn & 0xff_ffff;
+        self.mask |= bindings::ib_qp_attr_mask_IB_QP_SQ_PSN;
+        self
+    }
+
+    /// Received messages may be written to local memory (the only access a connected
+    /// queue pair of ours needs: no memory is registered for remote access).
+    pub fn local_write(mut self) -> Self {
+        self.attr.qp_access_flags = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32;
+        self.mask |= bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
+        self
+    }
+}
+
 /// A queue pair (`struct ib_qp`) of type [`QpType`].
 ///
 /// # Invariants
@@ -517,7 +626,8 @@ pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
 
 // SAFETY: The core allows a QP to be used from any thread; the slots are behind locks.
 unsafe impl<B: RecvBuffer> Send for QueuePair<B> {}
-// SAFETY: See above.
+// SAFETY: Shared access posts (the core's posting functions may run concurrently) and
+// takes slots back under their locks; the buffers are `Send`.
 unsafe impl<B: RecvBuffer> Sync for QueuePair<B> {}
 
 /// The lock classes of every queue pair's send slots and multicast list, made outside
@@ -656,6 +766,7 @@ impl<B: RecvBuffer> QueuePair<B> {
             }
         };
         let serial = AtomicU32::new(next_serial());
+        // INVARIANT: `qp` was just created with these queues, in `pd`; every slot is empty.
         let init = pin_init!(Self {
             qp,
             qp_type,
@@ -706,79 +817,25 @@ impl<B: RecvBuffer> QueuePair<B> {
         self.qp_type
     }
 
-    pub(crate) fn modify(&self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result {
+    /// Applies `attr` under `mask` as it is (the core checks the attributes against the
+    /// transition and the transport).
+    pub(crate) fn modify_raw(&self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result {
         // SAFETY: `qp` is valid and `attr` is valid for the call.
         to_result(unsafe { bindings::ib_modify_qp(self.qp.as_ptr(), attr, mask as i32) })
     }
 
-    fn attr(state: bindings::ib_qp_state) -> bindings::ib_qp_attr {
-        // SAFETY: All-zero is a valid `ib_qp_attr`.
-        let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
-        attr.qp_state = state;
-        attr
-    }
-
-    /// Moves a new (RESET) UD queue pair to ready-to-send: INIT with `port`, `pkey_index`
-    /// and `qkey`, then RTR, then RTS with send PSN 0.
-    pub fn ready(&self, port: u32, pkey_index: u16, qkey: u32) -> Result {
-        if self.qp_type != QpType::Ud {
-            return Err(EINVAL);
-        }
-        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_INIT);
-        attr.port_num = port;
-        attr.pkey_index = pkey_index;
-        attr.qkey = qkey;
-        self.modify(
-            &mut attr,
-            bindings::ib_qp_attr_mask_IB_QP_STATE
-                | bindings::ib_qp_attr_mask_IB_QP_PORT
-                | bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX
-                | bindings::ib_qp_attr_mask_IB_QP_QKEY,
-        )?;
-        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RTR);
-        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
-        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RTS);
-        attr.sq_psn = 0;
-        self.modify(
-            &mut attr,
-            bindings::ib_qp_attr_mask_IB_QP_STATE | bindings::ib_qp_attr_mask_IB_QP_SQ_PSN,
-        )
-    }
-
-    /// Changes the Q_Key of a UD queue pair: datagrams carrying another one are dropped. On
-    /// InfiniBand the broadcast group's record sets it.
-    pub fn set_qkey(&self, qkey: u32) -> Result {
-        if self.qp_type != QpType::Ud {
-            return Err(EINVAL);
-        }
-        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RTS);
-        attr.qkey = qkey;
-        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_QKEY)
-    }
-
-    /// Moves a new (RESET) RC queue pair to INIT on `port` and `pkey_index`, allowing local
-    /// writes only: the first step of a connection, before the CM supplies RTR and RTS.
-    pub fn init_rc(&self, port: u32, pkey_index: u16) -> Result {
-        if self.qp_type != QpType::Rc {
-            return Err(EINVAL);
-        }
-        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_INIT);
-        attr.port_num = port;
-        attr.pkey_index = pkey_index;
-        attr.qp_access_flags = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32;
-        self.modify(
-            &mut attr,
-            bindings::ib_qp_attr_mask_IB_QP_STATE
-                | bindings::ib_qp_attr_mask_IB_QP_PORT
-                | bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX
-                | bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS,
-        )
+    /// Applies `change` (process context). Attributes the transition does not take, or a
+    /// required one missing, give `EINVAL` from the core (IBTA's table of QP attributes
+    /// per transition and transport).
+    pub fn modify(&self, change: &QpChange) -> Result {
+        let mut attr = change.attr;
+        self.modify_raw(&mut attr, change.mask)
     }
 
     /// Moves the queue pair to the error state: posted work completes as flushed.
     pub fn set_error(&self) -> Result {
-        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_ERR);
-        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
+        let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_ERR);
+        self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
     }
 
     /// Joins the multicast group `gid` (with `lid` on InfiniBand, 0 on RoCE) on this QP
@@ -855,8 +912,8 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Restarts a send queue stopped by an error (state SQE, unreliable transports): back
     /// to ready-to-send.
     pub fn restart_send_queue(&self) -> Result {
-        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RTS);
-        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
+        let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RTS);
+        self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
     }
 
     /// Moves the queue pair to RESET, where the device drops every posted request without
@@ -864,8 +921,8 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// `recv_back`. Completions of requests posted before, still queued in a CQ, match none
     /// posted afterwards. The queue pair is then brought up again like a new one.
     pub fn reset(&self, mut send_back: impl FnMut(Sent), recv_back: impl FnMut(B)) -> Result {
-        let mut attr = Self::attr(bindings::ib_qp_state_IB_QPS_RESET);
-        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
+        let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RESET);
+        self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
         let _ = self.serial.swap(next_serial(), Ordering::Relaxed);
         // As in `RecvRing::discard_all`: `send_back` runs without the lock held.
         loop {

@@ -80,12 +80,14 @@ pub struct SaClient {
 
 // SAFETY: The SA core serialises its use of the client (an atomic count and a completion).
 unsafe impl Send for SaClient {}
-// SAFETY: See above.
+// SAFETY: Shared access only passes the client to SA functions, which may run
+// concurrently on it.
 unsafe impl Sync for SaClient {}
 
 impl SaClient {
     /// Registers a new client.
     pub fn new() -> Result<Arc<Self>> {
+        // INVARIANT: Registered here, unregistered on drop.
         Arc::pin_init(
             pin_init!(Self {
                 // SAFETY: `ib_sa_register_client` initialises the whole structure.
@@ -111,7 +113,21 @@ impl PinnedDrop for SaClient {
 
 impl PathRecord {
     /// What an InfiniBand path query asks for: one reversible path from `sgid` to `dgid` in
-    /// partition `pkey`.
+    /// partition `pkey`. The answer fills in the rest.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{cm::PathRecord, device::Gid};
+    ///
+    /// let ours = Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xff, 0, 0, 1]);
+    /// let peer = Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xff, 0, 0, 2]);
+    /// let query = PathRecord::ib_query(&ours, &peer, 0xffff);
+    /// assert_eq!(query.dgid(), peer);
+    /// // Unknown until the SA answers.
+    /// assert_eq!(query.dlid(), 0);
+    /// assert_eq!(query.mtu(), None);
+    /// ```
     pub fn ib_query(sgid: &Gid, dgid: &Gid, pkey: u16) -> Self {
         // SAFETY: `sa_path_rec` is integers, C enums and byte arrays.
         let mut p: bindings::sa_path_rec = unsafe { core::mem::zeroed() };
@@ -339,6 +355,22 @@ impl McMemberRecord {
 
     /// What an InfiniBand port asks the SA to join group `mgid` in partition `pkey` with.
     /// A group that does not exist yet also needs [`McMemberRecord::with_group_params`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{device::Gid, sa::{JoinState, McMemberRecord}};
+    ///
+    /// // The IPoIB broadcast group of partition 0x8001.
+    /// let mgid = Gid([
+    ///     0xff, 0x12, 0x40, 0x1b, 0x80, 0x01, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+    /// ]);
+    /// let port = Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xff, 0, 0, 1]);
+    /// let join = McMemberRecord::ib_join(&mgid, &port, 0x8001, JoinState::FullMember);
+    /// assert_eq!(join.mgid(), mgid);
+    /// // The group's Q_Key and MLID come with the SA's answer.
+    /// assert_eq!((join.qkey(), join.mlid()), (0, 0));
+    /// ```
     pub fn ib_join(mgid: &Gid, port_gid: &Gid, pkey: u16, join_state: JoinState) -> Self {
         let mut rec = Self::zeroed();
         rec.mgid = bindings::ib_gid { raw: mgid.0 };
@@ -352,9 +384,9 @@ impl McMemberRecord {
         }
     }
 
-    /// This join, creating its group with the parameters of `group` (Q_Key, MTU, rate,
-    /// service level, flow label, hop limit, traffic class), as IPoIB creates every group
-    /// like its broadcast group.
+    /// This join, creating its group (if the SA has none yet) with the parameters of
+    /// `group`: Q_Key, MTU, rate, service level, flow label, hop limit, traffic class. The
+    /// caller picks the model group (IPoIB takes its broadcast group's).
     pub fn with_group_params(mut self, group: &McMemberRecord) -> Self {
         let (r, g) = (&mut self.rec, &group.rec);
         r.qkey = g.qkey;
@@ -537,11 +569,11 @@ impl<T: McHandler> McJoin<T> {
 impl<T: McHandler> Drop for McJoin<T> {
     fn drop(&mut self) {
         // SAFETY: By the type invariant `mc` is ours and freed only here; the call waits for
-        // running callbacks and no callback starts afterwards, so the context can go.
-        unsafe {
-            bindings::ib_sa_free_multicast(self.mc.as_ptr());
-            drop(<Arc<T> as ForeignOwnable>::from_foreign(self.ctx));
-        }
+        // running callbacks and no callback starts afterwards.
+        unsafe { bindings::ib_sa_free_multicast(self.mc.as_ptr()) };
+        // SAFETY: No callback has the context any more (above); it came from `into_foreign`
+        // and is released once.
+        drop(unsafe { <Arc<T> as ForeignOwnable>::from_foreign(self.ctx) });
     }
 }
 
@@ -552,9 +584,11 @@ unsafe extern "C" fn mc_callback<T: McHandler>(
     status: c_int,
     mc: *mut bindings::ib_sa_multicast,
 ) -> c_int {
-    // SAFETY: `mc` is valid for the call; its context is the handler `McJoin` keeps until
-    // `ib_sa_free_multicast` has waited for this call.
-    let (mc, handler) = unsafe { (&*mc, <Arc<T> as ForeignOwnable>::borrow((*mc).context)) };
+    // SAFETY: `mc` is valid for the call.
+    let mc = unsafe { &*mc };
+    // SAFETY: Its context is the handler `McJoin` keeps until `ib_sa_free_multicast` has
+    // waited for this call.
+    let handler = unsafe { <Arc<T> as ForeignOwnable>::borrow(mc.context) };
     if status == 0 {
         handler.joined(Ok(&McMemberRecord {
             rec: mc.rec,

@@ -47,8 +47,10 @@ pub trait SrqEventHandler: Send + Sync {
 /// the context that function registered.
 unsafe extern "C" fn srq_event_callback(event: *mut bindings::ib_event, context: *mut c_void) {
     // SAFETY: `context` is the boxed handler of a queue, freed only after the queue is
-    // destroyed, which ends the calls of this function; `event` is valid for the call.
-    let (handler, event) = unsafe { (&*context.cast::<Arc<dyn SrqEventHandler>>(), &*event) };
+    // destroyed, which ends the calls of this function.
+    let handler = unsafe { &*context.cast::<Arc<dyn SrqEventHandler>>() };
+    // SAFETY: `event` is valid for the call.
+    let event = unsafe { &*event };
     handler.event(match event.event {
         bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED => SrqEvent::LimitReached,
         bindings::ib_event_type_IB_EVENT_SRQ_ERR => SrqEvent::Error,
@@ -75,7 +77,8 @@ pub struct SharedReceiveQueue<B: RecvBuffer = DmaBuffer> {
 
 // SAFETY: The core allows SRQs to be used from any thread; the ring is behind a lock.
 unsafe impl<B: RecvBuffer> Send for SharedReceiveQueue<B> {}
-// SAFETY: See above.
+// SAFETY: Shared access posts (callable concurrently) and takes buffers back under the
+// ring's lock; the buffers are `Send`.
 unsafe impl<B: RecvBuffer> Sync for SharedReceiveQueue<B> {}
 
 impl<B: RecvBuffer> super::private::Sealed for SharedReceiveQueue<B> {}
