@@ -361,33 +361,27 @@ impl Setup {
     /// Which port of its hardware the device is (`dev_port`, from 0), for devices that share
     /// one parent: udev names them apart by it. Also set as `dev_id`, which older tools read.
     pub fn set_dev_port(&mut self, port: u16) {
-        let dev = self.raw();
-        // SAFETY: The device is being set up by us alone.
-        unsafe { (*dev).dev_port = port };
-        // SAFETY: As above.
-        unsafe { (*dev).dev_id = port };
+        let dev = self.fields();
+        dev.dev_port = port;
+        dev.dev_id = port;
     }
 
     /// How long the transmit queue may stay stopped before [`Operations::tx_timeout`] is
     /// called (the core's default is 5 s).
     pub fn set_watchdog_timeout(&mut self, ms: u32) {
         let jiffies = crate::time::msecs_to_jiffies(ms);
-        // SAFETY: The device is being set up by us alone.
-        unsafe { (*self.raw()).watchdog_timeo = c_int::try_from(jiffies).unwrap_or(c_int::MAX) };
+        self.fields().watchdog_timeo = c_int::try_from(jiffies).unwrap_or(c_int::MAX);
     }
 
     /// Length of the transmit queue in packets.
     pub fn set_tx_queue_len(&mut self, len: u32) {
-        // SAFETY: The device is being set up by us alone.
-        unsafe { (*self.raw()).tx_queue_len = len };
+        self.fields().tx_queue_len = len;
     }
 
     /// The broadcast address (`addr_len` bytes at most 32).
     pub fn set_broadcast(&mut self, addr: &[u8]) -> Result {
-        let dev = self.raw();
-        // SAFETY: The device is being set up by us alone.
-        let bcast = unsafe { &mut (*dev).broadcast };
-        bcast
+        self.fields()
+            .broadcast
             .get_mut(..addr.len())
             .ok_or(EINVAL)?
             .copy_from_slice(addr);

@@ -15,6 +15,11 @@ use core::marker::PhantomData;
 ///
 /// Callbacks that the core runs under RTNL receive a `&Rtnl`; others take it with
 /// [`RtnlGuard::try_lock`].
+///
+/// # Invariants
+///
+/// While a `&Rtnl` (or an `Rtnl` inside a guard) exists, the current task holds RTNL; the
+/// marker keeps it on that task (the type is neither `Send` nor `Sync`).
 pub struct Rtnl {
     /// Only meaningful on the task that holds the lock.
     _not_send: PhantomData<*mut ()>,
@@ -25,6 +30,7 @@ impl Rtnl {
     ///
     /// The current task must hold RTNL for `'a`.
     pub(crate) unsafe fn assume_held<'a>() -> &'a Rtnl {
+        // INVARIANT: The caller guarantees RTNL is held for `'a`.
         &Rtnl {
             _not_send: PhantomData,
         }

@@ -4,7 +4,8 @@
 # through what the subnet manager does to it: loaded before any SM runs (no carrier, joins
 # failing and counted), brought up when opensm starts; datagram and connected mode; an
 # rdma_cm listener on ib0's address; a path to nobody (the failed query counted); umcast;
-# children on 0x8001 and on a P_Key the SM adds later (with a smaller group MTU); opensm
+# children on 0x8001 and on a P_Key the SM adds later (with a smaller group MTU); a bond
+# over the two children, whose slaves join only the groups of their own partition; opensm
 # restarted (client reregister), restarted with other LIDs, and with another subnet prefix
 # (new GIDs, new addresses). Nothing is reloaded or re-created along the way. Run on both
 # hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
@@ -12,8 +13,9 @@
 
 ktap_print_header
 two_hosts_roles
-# The client runs one check more: a hand-made connection to the server's interface.
-ktap_set_plan $([ "$role" = client ] && echo 22 || echo 21)
+# The client runs two checks more: a hand-made connection to the server's interface, and a
+# bond over its children.
+ktap_set_plan $([ "$role" = client ] && echo 23 || echo 21)
 ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
 two_hosts_meet
 trap 'opensm_stop' EXIT
@@ -191,6 +193,70 @@ ipoib_check "$role: 0x8002 added by the SM: ib0.8002 gets carrier without being 
 both_at 7212
 ipoib_check "$role: the children on 0x8002 ping each other" \
 	wait_for 60 ping -c 1 -W 1 "198.51.102.${ib_peer##*.}"
+
+# --- A bond over the two children (partitions 0x8001 and 0x8002), on the client. The
+# bond's group addresses carry its first slave's P_Key (it copies that slave's broadcast
+# address) and go to whichever slave is active: each slave joins only the groups of its own
+# partition (C: ipoib_mcast_addr_is_valid), so ib0.8002 gets 0x8001's addresses and joins
+# none of them: none listed in debugfs, and (mcast_debug_level on) no answer of the SA to a
+# join of one logged, joined or failed.
+if [ "$role" = client ]; then
+	mcg_of() { cat "/sys/kernel/debug/ipoib/${1}_mcg" 2>/dev/null; }
+	bond_partitions() {
+		local group=ff12:401b:8001:0:0:0:f01:203 s pid fails dbg=/sys/module/ib_ipoib/parameters/mcast_debug_level
+		# A new bond has Ethernet's MTU, which it sets on its slaves: 0x8002's first. The
+		# first slave becomes the active one.
+		ip link add ibbond type bond mode active-backup miimon 100 fail_over_mac active &&
+			ip link set ibbond mtu 508 || return 1
+		for s in ib0.8001 ib0.8002; do
+			ip link set "$s" down && ip link set "$s" master ibbond || return 1
+		done
+		ip addr add 198.51.103.2/24 dev ibbond && ip link set ibbond up || return 1
+		wait_for 30 eval '[ "$(cat /sys/class/net/ibbond/bonding/active_slave)" = ib0.8001 ]' ||
+			return 1
+		./mcast_udp join ibbond 239.1.2.3 1 120 >/tmp/bond-join.out &
+		pid=$!
+		wait_for 30 eval 'mcg_of ib0.8001 | grep -qx "GID: $group"' || {
+			echo "ib0.8001 did not join $group:"
+			mcg_of ib0.8001
+			kill "$pid"
+			return 1
+		}
+		echo "ib0.8001 (active) joined $group"
+		fails=$(stat_of_dev ib0.8002 mcast_join_failures)
+		klog_mark
+		echo 1 >"$dbg"
+		echo ib0.8002 >/sys/class/net/ibbond/bonding/active_slave
+		# The list reaches the new active slave: the kernel's copy shows 0x8001's groups.
+		wait_for 30 eval 'grep -q " ib0\.8002 .*ff12401b8001" /proc/net/dev_mcast' || {
+			echo "the bond's groups did not reach ib0.8002:"
+			grep ib0.8002 /proc/net/dev_mcast
+			kill "$pid"
+			return 1
+		}
+		grep " ib0\.8002 " /proc/net/dev_mcast
+		# ib0.8002 left to act on it: none of 0x8001's groups joined or asked for.
+		! wait_for 5 eval 'mcg_of ib0.8002 | grep -q "GID: ff12:[46]01b:8001:" ||
+			klog_since | grep -q "ib0\.8002: join.* ff12:[46]01b:8001:"'
+		local joined_none=$?
+		echo 0 >"$dbg"
+		echo "ib0.8002's groups:"
+		mcg_of ib0.8002 | grep "^GID"
+		echo "ib0.8002's joins:"
+		klog_since | grep "ib0\.8002: join"
+		echo "ib0.8002 mcast_join_failures $fails -> $(stat_of_dev ib0.8002 mcast_join_failures)"
+		kill "$pid"
+		wait "$pid" 2>/dev/null
+		[ "$joined_none" = 0 ]
+	}
+	stat_of_dev() { ethtool_stat "$1" "$2"; }
+	ipoib_check "$role: a bond over ib0.8001 and ib0.8002: the active slave joins a group of its partition; ib0.8002, made active, joins none of 0x8001's" bond_partitions
+	# The children back as they were (a released slave is left down).
+	ip link del ibbond 2>/dev/null
+	for s in ib0.8001 ib0.8002; do
+		ip link set "$s" up
+	done
+fi
 
 # --- opensm restarted: every port is told to reregister; ours rejoins and paths resume.
 both_at 7213
