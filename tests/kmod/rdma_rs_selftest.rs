@@ -407,60 +407,55 @@ fn used_up(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
     Ok(())
 }
 
-/// The core would link the objects of two devices; the abstraction refuses them.
-fn mixed_devices(a: &Endpoint, b: &Endpoint) -> Result {
-    let caps = QpCaps {
-        max_send_wr: 1,
-        max_recv_wr: 1,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-    };
-    let mixed = QueuePair::new(
-        QpType::Ud,
-        &a.pd,
-        a.send_cq.clone(),
-        b.recv_cq.clone(),
-        None,
-        caps,
-        OWNER,
-    );
-    match mixed {
+/// `Ok` if `result` is the refusal `EINVAL`; `EEXIST` if it was taken, its own error else.
+fn refused<T>(result: Result<T>) -> Result {
+    match result {
         Err(e) if e == EINVAL => Ok(()),
         Err(e) => Err(e),
         Ok(_) => Err(EEXIST),
     }
 }
 
-/// State changes the transport does not take are refused: a UD queue pair sent to RTS
-/// from RESET, brought to INIT without its Q_Key, or given access flags (RC only); the
-/// change it does take then works.
-fn qp_changes(a: &Endpoint) -> Result {
+/// A UD queue pair of one request each way, in `pd` with these completion queues.
+fn small_ud_qp(
+    pd: &Arc<ProtectionDomain>,
+    send_cq: &Arc<CompletionQueue<Waiter>>,
+    recv_cq: &Arc<CompletionQueue<Waiter>>,
+) -> Result<Pin<KBox<QueuePair>>> {
     let caps = QpCaps {
         max_send_wr: 1,
         max_recv_wr: 1,
         max_send_sge: 1,
         max_recv_sge: 1,
     };
-    let qp = QueuePair::new(
+    QueuePair::new(
         QpType::Ud,
-        &a.pd,
-        a.send_cq.clone(),
-        a.recv_cq.clone(),
+        pd,
+        send_cq.clone(),
+        recv_cq.clone(),
         None,
         caps,
         OWNER,
-    )?;
+    )
+}
+
+/// The core would link the objects of two devices; the abstraction refuses them.
+fn mixed_devices(a: &Endpoint, b: &Endpoint) -> Result {
+    refused(small_ud_qp(&a.pd, &a.send_cq, &b.recv_cq))
+}
+
+/// State changes the transport does not take are refused: a UD queue pair sent to RTS
+/// from RESET, brought to INIT without its Q_Key, or given access flags (RC only); the
+/// change it does take then works.
+fn qp_changes(a: &Endpoint) -> Result {
+    let qp = small_ud_qp(&a.pd, &a.send_cq, &a.recv_cq)?;
     let init = QpChange::to_init().port(PORT).pkey_index(0);
     for wrong in [
         QpChange::to_ready_to_send().send_psn(0),
         init,
         init.qkey(QKEY).local_write(),
     ] {
-        match qp.modify(&wrong) {
-            Err(e) if e == EINVAL => {}
-            Err(e) => return Err(e),
-            Ok(()) => return Err(EEXIST),
-        }
+        refused(qp.modify(&wrong))?;
     }
     qp.modify(&init.qkey(QKEY))?;
     match qp.state()? {
@@ -472,11 +467,6 @@ fn qp_changes(a: &Endpoint) -> Result {
 /// Memory the device must not write, or cannot reach, and a handle of another domain: each
 /// post comes back with `EINVAL`, its buffer with it.
 fn foreign_posts(a: &Endpoint, b: &Endpoint, ah_a: &Arc<AddressHandle>) -> Result {
-    let refused = |posted: core::result::Result<(), Error>| match posted {
-        Err(e) if e == EINVAL => Ok(()),
-        Err(e) => Err(e),
-        Ok(()) => Err(EEXIST),
-    };
     let read_only = DmaBuffer::new(&b.device, RECV_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
     refused(b.qp.post_recv(read_only).map_err(|(e, _)| e))?;
     let elsewhere = DmaBuffer::new(&a.device, RECV_LEN, DmaDirection::FromDevice, GFP_KERNEL)?;
