@@ -75,7 +75,11 @@ peer_device_back() {
 	ib=$(if_of rxe1)
 	peer_in_namespace "$ib" || return 1
 	start=$(date +%s)
-	wait_for 60 ping -c 1 -W 1 "$PEER" || return 1
+	# The new interface may have a new hardware address (a new UD QPN): our ARP entry keeps
+	# the old one until it ages out (up to about 55 s of the kernel's timers). A host that
+	# comes back speaks first: its ARP request gives us its new address.
+	wait_for 30 ip netns exec "$NS_PEER" ping -c 1 -W 1 198.51.100.1 || return 1
+	wait_for 30 ping -c 1 -W 1 "$PEER" || return 1
 	echo "$ib (new) answers after $(($(date +%s) - start)) s"
 	ping -c 2 -W 2 -s 2000 "$PEER"
 }
@@ -120,6 +124,9 @@ ipoib_check "peer silent under a UDP flood: transmit timeout, stalled connection
 
 peer_back() {
 	ip link set veth1 address "$PEER_MAC" || return 1
+	# While silent, veth0's neighbour entry for the peer's link-local address learnt the
+	# changed MAC: forget it, or RoCE packets keep going there until it ages out.
+	ip -6 neigh flush dev veth0
 	# The RDMA core does not give rxe1 back its default GID after the change of address
 	# (the GID cache refuses it, ENOSPC): the device has to be added again.
 	rdma link del rxe1 && peer_device_back
