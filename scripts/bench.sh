@@ -33,6 +33,9 @@
 # TCP_STREAM in each mode is then profiled on both guests (perf, as --profile does), written
 # to bench/results/vs-c-profile.txt; with IPOIB_RS_PROFILE_TEST=TCP_RR its TCP_RR instead,
 # to bench/results/vs-c-profile-tcp_rr.txt (IPOIB_RS_BENCH_RUNS=0: the profiles alone).
+# With IPOIB_RS_TRACE_SECS set, each driver's TCP_RR in each mode is traced on both guests
+# (tracefs events: sends and receives on ib0 and eth0, rxe's tasks, NAPI rounds) and split
+# into where a transaction's time goes, written to bench/results/vs-c-trace.txt.
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
@@ -147,13 +150,24 @@ if [ "${1:-}" = --vs-c ]; then
 		logs=${3:?usage: bench.sh --vs-c --from LOGDIR}
 	else
 		run_guests vs-c two-hosts-ib two_hosts_ib_bench.sh 3000 \
-			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1} ipoibrs.profiletest=$profile_test"
+			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_TRACE_SECS:+ ipoibrs.tracesecs=$IPOIB_RS_TRACE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1} ipoibrs.profiletest=$profile_test"
 	fi
 	lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
 	prof=$(grep -qa '^# PROF ' "$logs"/host*.results && demangled_prof "$logs" || true)
-	[ -n "$lines" ] || [ -n "$prof" ] || die "no figures in $logs"
+	trace=$(grep -ah '^# TRACE ' "$logs"/host*.results | sed 's/^# //' || true)
+	[ -n "$lines" ] || [ -n "$prof" ] || [ -n "$trace" ] || die "no figures in $logs"
 	mkdir -p "$dest"
 	failed=0
+	if [ -n "$trace" ]; then
+		{
+			echo "# ipoib-rs against the C ipoib: TCP_RR traced ($(date -u +%FT%TZ); $IPOIB_RS_FLAVOUR kernel; logs $(basename "$logs"))"
+			echo "# TRACE <driver>-<mode> role interval median M mean M us n N: from an event to the first of the other kind after it"
+			echo "# TRACE <driver>-<mode> role event per_ib0_send R n N: events of that kind per packet ib0 sent"
+			echo "$trace" | sort -k3,3 -k4,4 -k2,2
+		} >"$dest/vs-c-trace.txt"
+		echo "$trace" | sort -k3,3 -k4,4 -k2,2 | awk '{ printf "%-18s %-7s %-18s %s %s %s %s %s\n", $2, $3, $4, $5, $6, $7, $8, $9 }'
+		echo "wrote $dest/vs-c-trace.txt"
+	fi
 	if [ -n "$lines" ]; then
 		echo "$lines" | awk -v json="$dest/vs-c.json" -v dat="$dest/vs-c.dat" \
 			-v when="$(date -u +%FT%TZ)" -v logs="$(basename "$logs")" -f "$REPO/scripts/vs-c.awk" ||

@@ -19,6 +19,9 @@ SECS=5
 # mode is then profiled (perf on both hosts, PROF lines as in two_hosts_profile.sh, the mode
 # named <driver>-<mode>).
 PROFILE_SECS=${IPOIB_PROFILE_SECS:-}
+# With IPOIB_TRACE_SECS, each driver's TCP_RR of each mode is then traced on both hosts
+# (tracefs events) and split into where a transaction's time goes: TRACE lines.
+TRACE_SECS=${IPOIB_TRACE_SECS:-}
 PROFILE_TEST=${IPOIB_PROFILE_TEST:-TCP_STREAM}
 case "$PROFILE_TEST" in
 TCP_STREAM) PROFILE_OPTS=(-m 65536) ;;
@@ -30,6 +33,7 @@ ktap_print_header
 two_hosts_roles IPOIB_BENCH_RUNS "a benchmark: scripts/bench.sh --vs-c runs it"
 plan=$((2 + RUNS * 6))
 [ -n "$PROFILE_SECS" ] && plan=$((plan + 4))
+[ -n "$TRACE_SECS" ] && plan=$((plan + 4))
 ktap_set_plan "$plan"
 ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
 two_hosts_meet
@@ -214,6 +218,100 @@ if [ -n "$PROFILE_SECS" ]; then
 		for mode in datagram connected; do
 			ipoib_check "$role: $drv driver, $mode mode: $PROFILE_TEST profiled" \
 				profiled "$drv" "$mode" "$step"
+			module_loaded && rmmod "$MODULE"
+			step=$((step + 1))
+		done
+	done
+fi
+# trace_record NAME COMMAND...: runs COMMAND while tracefs records the events a TCP_RR
+# transaction passes on this host, then prints TRACE lines: per interval, its median and
+# mean in us and how often it was seen; per kind of event, how many came per transaction.
+# Intervals (each from an event to the first of the other kind after it): ib0 sends to
+# rxe's task starting (the requester) and to the frame leaving on eth0; a frame arriving on
+# eth0 to rxe's task starting (the responder) and to the packet reaching the stack on ib0;
+# a packet received on ib0 to the next one sent (the application's turn) and a packet sent
+# to the next received (the round trip seen from this host).
+trace_record() {
+	local name=$1 t=/sys/kernel/tracing e
+	shift
+	[ -d $t/events ] || mount -t tracefs nodev $t || return 1
+	echo 0 >$t/tracing_on && echo >$t/trace && echo 8192 >$t/buffer_size_kb || return 1
+	for e in net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll \
+		workqueue/workqueue_execute_start; do
+		echo 1 >"$t/events/$e/enable" || return 1
+	done
+	echo 1 >$t/tracing_on
+	"$@" >/tmp/trace.out 2>&1
+	local rc=$?
+	echo 0 >$t/tracing_on
+	for e in net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll \
+		workqueue/workqueue_execute_start; do
+		echo 0 >"$t/events/$e/enable"
+	done
+	[ "$rc" = 0 ] || { cat /tmp/trace.out; return 1; }
+	awk '
+		function since(from, name) { if (from > 0) print name, (now - from) * 1e6 }
+		/^#/ { next }
+		{
+			now = 0
+			for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { now = $i + 0; ev = $(i + 1); break }
+			if (!now) next
+			dev = ""
+			if (match($0, /dev=[^ ]+/)) dev = substr($0, RSTART + 4, RLENGTH - 4)
+			else if (match($0, /for device [^ ]+/)) dev = substr($0, RSTART + 11, RLENGTH - 11)
+		}
+		ev == "net_dev_start_xmit:" && dev == "ib0" {
+			n["ib0_sends"]++; since(rx_ib, "app_turn"); rx_ib = 0
+			tx_ib = now; tx_ib_wq = now; tx_ib_eth = now; next
+		}
+		ev == "net_dev_start_xmit:" && dev == "eth0" { n["eth0_sends"]++; since(tx_ib_eth, "send_to_wire"); tx_ib_eth = 0; next }
+		ev == "workqueue_execute_start:" && /do_work/ {
+			n["rxe_tasks"]++; since(tx_ib_wq, "send_to_rxe_task"); tx_ib_wq = 0
+			since(rx_eth_wq, "wire_to_rxe_task"); rx_eth_wq = 0; next
+		}
+		ev == "netif_receive_skb:" && dev == "eth0" { n["eth0_receives"]++; rx_eth = now; rx_eth_wq = now; next }
+		ev == "netif_receive_skb:" && dev == "ib0" {
+			n["ib0_receives"]++; since(rx_eth, "wire_to_stack"); rx_eth = 0
+			since(tx_ib, "round_trip"); tx_ib = 0; rx_ib = now; next
+		}
+		ev == "napi_poll:" && dev == "ib0" { n["ib0_napi_polls"]++; next }
+		END {
+			for (k in n) print "count", n[k], k > "/tmp/trace.counts"
+		}' $t/trace | sort -k1,1 -k2n | awk -v head="TRACE $name $role" '
+		function flush() {
+			if (c) printf "%s %s median %.0f mean %.0f us n %d\n", head, key, v[int((c + 1) / 2)], sum / c, c
+		}
+		$1 != key { flush(); key = $1; c = 0; sum = 0 }
+		{ v[++c] = $2; sum += $2 }
+		END { flush() }'
+	awk -v head="TRACE $name $role" '
+		{ c[$3] = $2 }
+		END { tr = c["ib0_sends"]; if (!tr) tr = 1
+			for (k in c) printf "%s %s per_ib0_send %.2f n %d\n", head, k, c[k] / tr, c[k] }' /tmp/trace.counts
+	rm -f /tmp/trace.counts
+}
+# traced DRIVER MODE STEP: both hosts bring ib0 up with DRIVER in MODE; the client runs
+# TCP_RR for TRACE_SECS while both trace it.
+traced() {
+	local drv=$1 mode=$2 step=$3 failed=0
+	up "$drv" "$mode" || failed=1
+	both_at $((7200 + step * 2)) || return 1
+	if [ "$role" = server ]; then
+		trace_record "$drv-$mode" sleep $((TRACE_SECS + 3)) || failed=1
+	else
+		sleep 1
+		[ "$failed" = 0 ] && wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
+			trace_record "$drv-$mode" netperf -H "$ib_peer" -t TCP_RR -l "$TRACE_SECS" -P 0 \
+				-- -o THROUGHPUT || failed=1
+		echo "TRACE $drv-$mode $role transactions_per_s $(tail -n 1 /tmp/trace.out)"
+	fi
+	both_at $((7201 + step * 2)) 600 || return 1
+	rmmod "$MODULE" && [ "$failed" = 0 ]
+}
+if [ -n "$TRACE_SECS" ]; then
+	for drv in c rust; do
+		for mode in datagram connected; do
+			ipoib_check "$role: $drv driver, $mode mode: TCP_RR traced" traced "$drv" "$mode" "$step"
 			module_loaded && rmmod "$MODULE"
 			step=$((step + 1))
 		done
