@@ -196,33 +196,42 @@ for run in $(seq "$RUNS"); do
 		done
 	done
 done
-# profiled DRIVER MODE STEP: both hosts bring ib0 up with DRIVER in MODE; the client runs
-# PROFILE_TEST while both take a system-wide profile.
-profiled() {
-	local drv=$1 mode=$2 step=$3 failed=0
+# observed RECORD SECS TEST DRIVER MODE STEP [OPTIONS]: both hosts bring ib0 up with DRIVER
+# in MODE; the client runs netperf TEST (with OPTIONS) for SECS while both hosts RECORD it
+# (perf_record or trace_record).
+observed() {
+	local record=$1 secs=$2 test=$3 drv=$4 mode=$5 step=$6 failed=0
+	shift 6
 	up "$drv" "$mode" || failed=1
 	both_at $((7200 + step * 2)) || return 1
 	if [ "$role" = server ]; then
-		perf_record "$drv-$mode" sleep $((PROFILE_SECS + 3)) || failed=1
+		"$record" "$drv-$mode" sleep $((secs + 3)) || failed=1
 	else
 		sleep 1
 		[ "$failed" = 0 ] && wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
-			perf_record "$drv-$mode" netperf -H "$ib_peer" -t "$PROFILE_TEST" -l "$PROFILE_SECS" -P 0 \
-				-- "${PROFILE_OPTS[@]}" -o THROUGHPUT || failed=1
+			"$record" "$drv-$mode" netperf -H "$ib_peer" -t "$test" -l "$secs" -P 0 \
+				-- "$@" -o THROUGHPUT || failed=1
 	fi
 	both_at $((7201 + step * 2)) 600 || return 1
 	rmmod "$MODULE" && [ "$failed" = 0 ]
 }
-if [ -n "$PROFILE_SECS" ]; then
+# each_driver_mode WHAT RECORD SECS TEST [OPTIONS]: observed for each driver and mode.
+each_driver_mode() {
+	local what=$1 drv mode
+	shift
 	for drv in c rust; do
 		for mode in datagram connected; do
-			ipoib_check "$role: $drv driver, $mode mode: $PROFILE_TEST profiled" \
-				profiled "$drv" "$mode" "$step"
+			ipoib_check "$role: $drv driver, $mode mode: $what" \
+				observed "$1" "$2" "$3" "$drv" "$mode" "$step" "${@:4}"
 			module_loaded && rmmod "$MODULE"
 			step=$((step + 1))
 		done
 	done
-fi
+}
+[ -n "$PROFILE_SECS" ] &&
+	each_driver_mode "$PROFILE_TEST profiled" perf_record "$PROFILE_SECS" "$PROFILE_TEST" \
+		"${PROFILE_OPTS[@]}"
+TRACE_EVENTS="net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll workqueue/workqueue_execute_start"
 # trace_record NAME COMMAND...: runs COMMAND while tracefs records the events a TCP_RR
 # transaction passes on this host, then prints TRACE lines: per interval, its median and
 # mean in us and how often it was seen; per kind of event, how many came per transaction.
@@ -236,19 +245,19 @@ trace_record() {
 	shift
 	[ -d $t/events ] || mount -t tracefs nodev $t || return 1
 	echo 0 >$t/tracing_on && echo >$t/trace && echo 8192 >$t/buffer_size_kb || return 1
-	for e in net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll \
-		workqueue/workqueue_execute_start; do
+	for e in $TRACE_EVENTS; do
 		echo 1 >"$t/events/$e/enable" || return 1
 	done
 	echo 1 >$t/tracing_on
 	"$@" >/tmp/trace.out 2>&1
 	local rc=$?
 	echo 0 >$t/tracing_on
-	for e in net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll \
-		workqueue/workqueue_execute_start; do
+	for e in $TRACE_EVENTS; do
 		echo 0 >"$t/events/$e/enable"
 	done
 	[ "$rc" = 0 ] || { cat /tmp/trace.out; return 1; }
+	# The client's netperf: its transaction rate.
+	[ -s /tmp/trace.out ] && echo "TRACE $name $role transactions_per_s $(tail -n 1 /tmp/trace.out)"
 	awk '
 		function since(from, name) { if (from > 0) print name, (now - from) * 1e6 }
 		/^#/ { next }
@@ -290,33 +299,7 @@ trace_record() {
 			for (k in c) printf "%s %s per_ib0_send %.2f n %d\n", head, k, c[k] / tr, c[k] }' /tmp/trace.counts
 	rm -f /tmp/trace.counts
 }
-# traced DRIVER MODE STEP: both hosts bring ib0 up with DRIVER in MODE; the client runs
-# TCP_RR for TRACE_SECS while both trace it.
-traced() {
-	local drv=$1 mode=$2 step=$3 failed=0
-	up "$drv" "$mode" || failed=1
-	both_at $((7200 + step * 2)) || return 1
-	if [ "$role" = server ]; then
-		trace_record "$drv-$mode" sleep $((TRACE_SECS + 3)) || failed=1
-	else
-		sleep 1
-		[ "$failed" = 0 ] && wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
-			trace_record "$drv-$mode" netperf -H "$ib_peer" -t TCP_RR -l "$TRACE_SECS" -P 0 \
-				-- -o THROUGHPUT || failed=1
-		echo "TRACE $drv-$mode $role transactions_per_s $(tail -n 1 /tmp/trace.out)"
-	fi
-	both_at $((7201 + step * 2)) 600 || return 1
-	rmmod "$MODULE" && [ "$failed" = 0 ]
-}
-if [ -n "$TRACE_SECS" ]; then
-	for drv in c rust; do
-		for mode in datagram connected; do
-			ipoib_check "$role: $drv driver, $mode mode: TCP_RR traced" traced "$drv" "$mode" "$step"
-			module_loaded && rmmod "$MODULE"
-			step=$((step + 1))
-		done
-	done
-fi
+[ -n "$TRACE_SECS" ] && each_driver_mode "TCP_RR traced" trace_record "$TRACE_SECS" TCP_RR
 [ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
 KLOG_MARK=$START_MARK KLOG_FIRST=$START_FIRST
 ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
