@@ -14,13 +14,19 @@ use kernel::{
     },
 };
 
-/// What `ethtool -i` shows: the driver, and the RDMA device `device` with its firmware.
+/// What `ethtool -i` shows: the driver, where the RDMA device `device` sits, and its
+/// firmware.
 pub(crate) fn fill_drvinfo(device: &Device, info: &mut DrvInfo) {
     info.set_driver(c_str!("ib_ipoib"));
     info.set_version(c_str!("1.0.0"));
     let mut fw = [0u8; FW_VERSION_LEN];
     info.set_fw_version(device.fw_version(&mut fw));
-    info.set_bus_info(device.name().as_bytes());
+    // Where the adapter sits (its PCI address), as C gives it; a software device sits
+    // nowhere, and is named itself (C would have no name to give).
+    match device.parent() {
+        Some(parent) => info.set_bus_info_of(parent),
+        None => info.set_bus_info(device.name().as_bytes()),
+    }
 }
 
 /// The largest moderation the CQ takes, in events and in microseconds.

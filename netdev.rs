@@ -88,8 +88,13 @@ fn set_umcast(dev: &NetDevice, iface: &Interface, value: u32) -> Result {
 }
 
 /// Completes the set-up of the net_device of `iface`: the values known only once the port
-/// is queried.
-pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result {
+/// is queried, and, for an interface of a port, the adapter it belongs to (as C links only
+/// those, not the children, to it).
+pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result + '_ {
+    let adapter = match iface.role().parent() {
+        None => iface.device.parent(),
+        Some(_) => None,
+    };
     let (mtu, max_mtu) = (iface.mtu, iface.mode_max_mtu());
     // Packets the stack may queue for us: twice the send ring, as the C driver does.
     let tx_queue_len = 2 * iface.send_ring;
@@ -98,6 +103,9 @@ pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result 
     // Ports are numbered from 1, `dev_port` from 0.
     let dev_port = u16::try_from(iface.port.saturating_sub(1)).unwrap_or(u16::MAX);
     move |setup| {
+        if let Some(adapter) = adapter {
+            setup.set_parent(adapter);
+        }
         setup.set_dev_port(dev_port);
         setup.set_tx_queue_len(tx_queue_len);
         if scatter_gather {

@@ -8,6 +8,11 @@
 #include <net/dst.h>
 #include <net/icmp.h>
 
+const char *rust_helper_dev_name(const struct device *dev)
+{
+	return dev_name(dev);
+}
+
 void *rust_helper_netdev_priv(const struct net_device *dev)
 {
 	return netdev_priv(dev);

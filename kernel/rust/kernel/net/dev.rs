@@ -283,7 +283,9 @@ unsafe impl AlwaysRefCounted for NetDevice {
 /// # Invariants
 ///
 /// The device is being allocated or set up before registration: nobody but the holder of
-/// the `&mut Setup` reads or writes it meanwhile.
+/// the `&mut Setup` reads or writes it meanwhile. It is lent out only during the set-up that
+/// precedes a registration ([`Registration::new`], [`super::link::LinkKind::create`], a new
+/// link): the device is registered, or freed unregistered, before that call returns.
 #[repr(transparent)]
 pub struct Setup(NetDevice);
 
@@ -364,6 +366,15 @@ impl Setup {
         let dev = self.fields();
         dev.dev_port = port;
         dev.dev_id = port;
+    }
+
+    /// Makes `parent` the device's parent (`SET_NETDEV_DEV`): the hardware it belongs to,
+    /// which `/sys/class/net/<name>/device` links to and udev names the interface after.
+    pub fn set_parent(&mut self, parent: &crate::device::Device) {
+        // The core takes a reference to the parent when it registers the device, which
+        // happens while `parent` is still borrowed (type invariant); an unregistered device
+        // is freed without reading it.
+        self.fields().dev.parent = parent.as_raw();
     }
 
     /// How long the transmit queue may stay stopped before [`Operations::tx_timeout`] is

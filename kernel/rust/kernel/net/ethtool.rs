@@ -48,6 +48,15 @@ impl DrvInfo {
     pub fn set_bus_info(&mut self, s: &[u8]) {
         copy_str(&mut self.0.bus_info, s);
     }
+
+    /// Where the hardware sits: the name of `dev`, the device the hardware is on (the bus
+    /// address of a PCI function), as C drivers fill it in.
+    pub fn set_bus_info_of(&mut self, dev: &crate::device::Device) {
+        // SAFETY: `dev` is a valid device; its name lives as long as the device, which
+        // outlives the borrow.
+        let name = unsafe { CStr::from_char_ptr(bindings::dev_name(dev.as_raw())) };
+        copy_str(&mut self.0.bus_info, name.as_bytes());
+    }
 }
 
 /// The link as `ethtool DEV` shows it.

@@ -95,6 +95,22 @@ impl Device {
         DeviceName(name)
     }
 
+    /// The device this RDMA device is part of (the PCI function of an adapter), if its driver
+    /// gave it one (software devices have none). Upper layers make it the parent of their
+    /// net devices too, so that tools find an interface's hardware.
+    pub fn parent(&self) -> Option<&crate::device::Device> {
+        // SAFETY: By the type invariant the device is valid; `dev` is the member of the
+        // union the core initialises (`coredev` starts with it too); its parent is set before
+        // the device is registered and not changed after.
+        let parent = unsafe { (*self.as_raw()).__bindgen_anon_1.dev.parent };
+        if parent.is_null() {
+            return None;
+        }
+        // SAFETY: A registered device holds a reference to its parent, so the parent stays
+        // valid for as long as `self` is borrowed.
+        Some(unsafe { crate::device::Device::as_ref(parent) })
+    }
+
     /// Writes the firmware version the driver reports into `buf` (empty when it reports
     /// none); returns the written part.
     pub fn fw_version<'a>(&self, buf: &'a mut [u8; FW_VERSION_LEN]) -> &'a [u8] {

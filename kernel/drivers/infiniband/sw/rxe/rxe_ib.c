@@ -60,10 +60,17 @@ static void rxe_ib_event(struct rxe_dev *rxe, enum ib_event_type type)
 
 /* Port */
 
-void rxe_ib_init_port(struct rxe_dev *rxe)
+void rxe_ib_init_port(struct rxe_dev *rxe, struct net_device *ndev)
 {
 	struct rxe_port *port = &rxe->port;
 	struct rxe_ib_port *ib = &port->ib;
+
+	/*
+	 * Sit where an adapter would, on the device of the Ethernet interface
+	 * (its PCI or virtio function): IPoIB links its interfaces to it and
+	 * reports it as their bus.
+	 */
+	rxe->ib_dev.dev.parent = ndev->dev.parent;
 
 	/*
 	 * The port GUID must differ from the node GUID, which rxe derives from

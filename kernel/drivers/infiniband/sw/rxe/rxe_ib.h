@@ -46,7 +46,7 @@ static inline bool rxe_is_ib(const struct rxe_dev *rxe)
 	return rxe->ib_mode;
 }
 
-void rxe_ib_init_port(struct rxe_dev *rxe);
+void rxe_ib_init_port(struct rxe_dev *rxe, struct net_device *ndev);
 void rxe_ib_set_ops(struct ib_device *dev);
 void rxe_ib_port_up(struct rxe_dev *rxe);
 void rxe_ib_port_down(struct rxe_dev *rxe);

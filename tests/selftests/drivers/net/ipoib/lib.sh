@@ -358,6 +358,21 @@ ib_fabric_topology() {
 	hostname >"/sys/class/infiniband/$IB_DEV/node_desc"
 	wait_for 10 ib_port_is INIT
 }
+# adapter_links [CHILD]: ib0 sits on the adapter of IB_DEV as C puts it there (rxe_ib gives
+# the port the device of eth0, as an HCA has its PCI function): /sys/class/net/ib0/device is
+# the adapter, which lists IB_DEV under infiniband/ (how ibdev2netdev maps them), ethtool -i
+# gives its name as bus-info and dev_port is the port's number less one; CHILD, a child
+# interface, is linked to nothing (C links only a port's interface).
+adapter_links() {
+	local adapter ours bus
+	adapter=$(readlink -f "/sys/class/infiniband/$IB_DEV/device") &&
+		ours=$(readlink -f /sys/class/net/ib0/device) || { echo "no adapter link"; return 1; }
+	bus=$(ethtool -i ib0 | sed -n 's/^bus-info: //p')
+	echo "ib0 -> $ours; $IB_DEV -> $adapter; bus-info $bus; dev_port $(cat /sys/class/net/ib0/dev_port)"
+	[ "$ours" = "$adapter" ] && [ -d "$ours/infiniband/$IB_DEV" ] &&
+		[ "$bus" = "$(basename "$adapter")" ] && [ "$(cat /sys/class/net/ib0/dev_port)" = 0 ] || return 1
+	[ -z "${1:-}" ] || [ ! -e "/sys/class/net/$1/device" ] || { echo "$1 linked to $(readlink -f "/sys/class/net/$1/device")"; return 1; }
+}
 # opensm_start: the subnet manager on this host's port, in the foreground of a background
 # job under a time limit, with the partitions of the tests: the default one and 0x8001,
 # each with an IPoIB broadcast group of MTU 1024 (code 3: Ethernet MTU 1500 gives rxe_ib a

@@ -10,7 +10,7 @@
 
 ktap_print_header
 two_hosts_roles
-ktap_set_plan 27
+ktap_set_plan 28
 ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
 two_hosts_meet
 trap 'opensm_stop' EXIT
@@ -213,6 +213,8 @@ child_up() {
 		wait_for 60 eval 'ip link show ib0.8001 | grep -q LOWER_UP'
 }
 ipoib_check "$role: C ipoib: child ib0.8001 up with carrier (0x8001's broadcast group)" child_up
+ipoib_check "$role: C ipoib: ib0 linked to the adapter (sysfs, bus-info, dev_port), ib0.8001 to nothing" \
+	adapter_links ib0.8001
 both_at 7009
 ipoib_check "$role: C ipoib: the children ping each other on 0x8001" \
 	wait_for 60 ping -c 1 -W 1 "198.51.101.${ib_peer##*.}"

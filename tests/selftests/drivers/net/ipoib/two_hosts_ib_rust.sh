@@ -15,7 +15,7 @@ ktap_print_header
 two_hosts_roles
 # The client runs two checks more: a hand-made connection to the server's interface, and a
 # bond over its children.
-ktap_set_plan $([ "$role" = client ] && echo 23 || echo 21)
+ktap_set_plan $([ "$role" = client ] && echo 24 || echo 22)
 ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
 two_hosts_meet
 trap 'opensm_stop' EXIT
@@ -173,6 +173,8 @@ children() {
 	wait_for 60 carrier ib0.8001 && sleep 3 && ! carrier ib0.8002
 }
 ipoib_check "$role: children: ib0.8001 gets carrier, ib0.8002 (P_Key not in the table) none" children
+ipoib_check "$role: ib0 linked to the adapter as C links it (sysfs, bus-info, dev_port), ib0.8001 to nothing" \
+	adapter_links ib0.8001
 both_at 7210
 ipoib_check "$role: the children on 0x8001 ping each other" \
 	wait_for 60 ping -c 1 -W 1 "198.51.101.${ib_peer##*.}"
