@@ -23,7 +23,9 @@
 # --vs-c: two guests on the InfiniBand fabric (two-hosts-ib), ours against the C ipoib on
 # the same link in the same run (two_hosts_ib_bench.sh): each run measures the in-kernel
 # reference (raw RC and UD streams through the kernel verbs, rdma_rs_selftest's stream
-# mode), then C on both guests, then ours on both, in datagram mode and in connected mode
+# mode), then one driver on both guests, then the other (C first in odd runs, ours in even
+# ones; IPOIB_RS_BENCH_FIRST=rust the other way round, also for the profiles and traces),
+# in datagram mode and in connected mode
 # at MTU 65520 (netperf TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM at the MTU, four TCP
 # streams, with both hosts' CPU). Prints both drivers' medians with their spread and the
 # number of runs behind them, the Rust/C ratio of each figure over the paired runs, and
@@ -150,7 +152,7 @@ if [ "${1:-}" = --vs-c ]; then
 		logs=${3:?usage: bench.sh --vs-c --from LOGDIR}
 	else
 		run_guests vs-c two-hosts-ib two_hosts_ib_bench.sh 3000 \
-			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_TRACE_SECS:+ ipoibrs.tracesecs=$IPOIB_RS_TRACE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1} ipoibrs.profiletest=$profile_test"
+			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_TRACE_SECS:+ ipoibrs.tracesecs=$IPOIB_RS_TRACE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1} ipoibrs.profiletest=$profile_test ipoibrs.benchfirst=${IPOIB_RS_BENCH_FIRST:-c}"
 	fi
 	lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
 	prof=$(grep -qa '^# PROF ' "$logs"/host*.results && demangled_prof "$logs" || true)

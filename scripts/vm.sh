@@ -59,6 +59,7 @@ start_guest() {
 		-append "console=ttyS0 loglevel=7 log_buf_len=16M oops=panic panic=-1 rcupdate.rcu_cpu_stall_timeout=100 ipoibrs.host=$name ipoibrs.slow=$SLOW $extra ${IPOIB_RS_GUEST_ARGS:-}" \
 		-serial "file:$logs/$name.console" -serial "file:$logs/$name.results" \
 		-device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+		-monitor "unix:$logs/$name.monitor,server=on,wait=off" \
 		"$@" >"$logs/$name.qemu" 2>&1 &
 	pids+=($!)
 	log "guest $name started (qemu pid $!), console: $logs/$name.console"

@@ -3,8 +3,9 @@
 # Benchmark, not a test: scripts/bench.sh --vs-c runs it with IPOIB_BENCH_RUNS set; without
 # it the program skips. Our driver against the upstream C ipoib on the same InfiniBand
 # fabric (rxe_ib on eth0 of both hosts, opensm on the server), in the same run: each run
-# loads C on both hosts, then ours on both (C, Rust, C, Rust, ...), so that drift hits
-# both, and measures in datagram mode and in connected mode at MTU 65520: netperf
+# loads one driver on both hosts, then the other, the first alternating run by run (C, Rust,
+# Rust, C, C, Rust, ...; IPOIB_BENCH_FIRST=rust starts with ours) so that drift and whatever
+# one driver leaves behind hit both alike, and measures in datagram mode and in connected mode at MTU 65520: netperf
 # TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM with datagrams at the MTU, and four TCP
 # streams at once, with the CPU both hosts spent. The client prints one line per
 # measurement:
@@ -23,6 +24,16 @@ PROFILE_SECS=${IPOIB_PROFILE_SECS:-}
 # (tracefs events) and split into where a transaction's time goes: TRACE lines.
 TRACE_SECS=${IPOIB_TRACE_SECS:-}
 PROFILE_TEST=${IPOIB_PROFILE_TEST:-TCP_STREAM}
+FIRST=${IPOIB_BENCH_FIRST:-c}
+case "$FIRST" in
+c) SECOND=rust ;;
+rust) SECOND=c ;;
+*) echo "IPOIB_BENCH_FIRST: c or rust, not $FIRST" >&2; exit 1 ;;
+esac
+# drivers N: the drivers in the order run N loads them (the profiles and traces: run 1's).
+drivers() {
+	if [ $(($1 % 2)) = 1 ]; then echo "$FIRST $SECOND"; else echo "$SECOND $FIRST"; fi
+}
 case "$PROFILE_TEST" in
 TCP_STREAM) PROFILE_OPTS=(-m 65536) ;;
 TCP_RR) PROFILE_OPTS=() ;;
@@ -187,7 +198,7 @@ for run in $(seq "$RUNS"); do
 	ipoib_check "$role: run $run, in-kernel UD stream: measured" \
 		verbs 2 ud datagram "$run" "$step"
 	step=$((step + 1))
-	for drv in c rust; do
+	for drv in $(drivers "$run"); do
 		for mode in datagram connected; do
 			ipoib_check "$role: run $run, $drv driver, $mode mode: measured" \
 				block "$drv" "$mode" "$run" "$step"
@@ -219,7 +230,7 @@ observed() {
 each_driver_mode() {
 	local what=$1 drv mode
 	shift
-	for drv in c rust; do
+	for drv in $(drivers 1); do
 		for mode in datagram connected; do
 			ipoib_check "$role: $drv driver, $mode mode: $what" \
 				observed "$1" "$2" "$3" "$drv" "$mode" "$step" "${@:4}"
@@ -231,7 +242,27 @@ each_driver_mode() {
 [ -n "$PROFILE_SECS" ] &&
 	each_driver_mode "$PROFILE_TEST profiled" perf_record "$PROFILE_SECS" "$PROFILE_TEST" \
 		"${PROFILE_OPTS[@]}"
-TRACE_EVENTS="net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll workqueue/workqueue_execute_start"
+# interrupt_counts: "NAME COUNT" lines: each interrupt and IPI of /proc/interrupts (summed
+# over the CPUs; a numbered one named by its number and device), each softirq of
+# /proc/softirqs, the context switches and CPU time of /proc/stat, the cpuidle states.
+interrupt_counts() {
+	awk '$1 ~ /:$/ && $2 ~ /^[0-9]+$/ {
+		n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i
+		k = $1; sub(":", "", k); if (k ~ /^[0-9]+$/) k = k "-" $NF
+		print "irq_" k, n }' /proc/interrupts
+	awk 'NR > 1 { n = 0; for (i = 2; i <= NF; i++) n += $i; k = $1; sub(":", "", k); print "softirq_" k, n }' /proc/softirqs
+	# CPU time in us (USER_HZ ticks): busy and idle, and each idle state's entries and time
+	# (a polling state keeps the vCPU, and so the emulator, busy while the guest is idle).
+	awk '$1 == "ctxt" { print "context_switches", $2 }
+		$1 == "cpu" { printf "cpu_busy_us %.0f\ncpu_idle_us %.0f\n", ($2 + $3 + $4 + $7 + $8) * 10000, ($5 + $6) * 10000 }' /proc/stat
+	local d
+	for d in /sys/devices/system/cpu/cpu*/cpuidle/state*; do
+		[ -r "$d/name" ] || continue
+		echo "idle_$(tr ' ' _ <"$d/name")_entries $(cat "$d/usage")"
+		echo "idle_$(tr ' ' _ <"$d/name")_us $(cat "$d/time")"
+	done | awk '{ n[$1] += $2 } END { for (k in n) printf "%s %.0f\n", k, n[k] }'
+}
+TRACE_EVENTS="net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll workqueue/workqueue_execute_start workqueue/workqueue_execute_end irq/softirq_entry irq/softirq_exit"
 # trace_record NAME COMMAND...: runs COMMAND while tracefs records the events a TCP_RR
 # transaction passes on this host, then prints TRACE lines: per interval, its median and
 # mean in us and how often it was seen; per kind of event, how many came per transaction.
@@ -244,14 +275,19 @@ trace_record() {
 	local name=$1 t=/sys/kernel/tracing e
 	shift
 	[ -d $t/events ] || mount -t tracefs nodev $t || return 1
-	echo 0 >$t/tracing_on && echo >$t/trace && echo 8192 >$t/buffer_size_kb || return 1
+	echo 0 >$t/tracing_on && echo >$t/trace && echo 16384 >$t/buffer_size_kb || return 1
 	for e in $TRACE_EVENTS; do
 		echo 1 >"$t/events/$e/enable" || return 1
 	done
+	# Of the softirqs, NET_RX only (NAPI: ours, virtio's and the stack's receive path).
+	echo 'vec == 3' >$t/events/irq/softirq_entry/filter &&
+		echo 'vec == 3' >$t/events/irq/softirq_exit/filter || return 1
+	interrupt_counts >/tmp/trace.before
 	echo 1 >$t/tracing_on
 	"$@" >/tmp/trace.out 2>&1
 	local rc=$?
 	echo 0 >$t/tracing_on
+	interrupt_counts >/tmp/trace.after
 	for e in $TRACE_EVENTS; do
 		echo 0 >"$t/events/$e/enable"
 	done
@@ -263,7 +299,10 @@ trace_record() {
 		/^#/ { next }
 		{
 			now = 0
-			for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { now = $i + 0; ev = $(i + 1); break }
+			for (i = 1; i <= NF; i++) {
+				if ($i ~ /^\[[0-9]+\]$/) cpu = $i
+				if ($i ~ /^[0-9]+\.[0-9]+:$/) { now = $i + 0; ev = $(i + 1); break }
+			}
 			if (!now) next
 			dev = ""
 			if (match($0, /dev=[^ ]+/)) dev = substr($0, RSTART + 4, RLENGTH - 4)
@@ -274,7 +313,12 @@ trace_record() {
 			tx_ib = now; tx_ib_wq = now; tx_ib_eth = now; next
 		}
 		ev == "net_dev_start_xmit:" && dev == "eth0" { n["eth0_sends"]++; since(tx_ib_eth, "send_to_wire"); tx_ib_eth = 0; next }
+		# Time spent per kind of work, per CPU: the rxe tasks and NET_RX softirqs.
+		ev == "workqueue_execute_end:" && /do_work/ { if (wq[cpu]) n["rxe_task_us"] += (now - wq[cpu]) * 1e6; wq[cpu] = 0; next }
+		ev == "softirq_entry:" { sirq[cpu] = now; next }
+		ev == "softirq_exit:" { if (sirq[cpu]) n["net_rx_softirq_us"] += (now - sirq[cpu]) * 1e6; sirq[cpu] = 0; next }
 		ev == "workqueue_execute_start:" && /do_work/ {
+			wq[cpu] = now
 			n["rxe_tasks"]++; since(tx_ib_wq, "send_to_rxe_task"); tx_ib_wq = 0
 			since(rx_eth_wq, "wire_to_rxe_task"); rx_eth_wq = 0; next
 		}
@@ -285,7 +329,7 @@ trace_record() {
 		}
 		ev == "napi_poll:" && dev == "ib0" { n["ib0_napi_polls"]++; next }
 		END {
-			for (k in n) print "count", n[k], k > "/tmp/trace.counts"
+			for (k in n) printf "count %.0f %s\n", n[k], k > "/tmp/trace.counts"
 		}' $t/trace | sort -k1,1 -k2n | awk -v head="TRACE $name $role" '
 		function flush() {
 			if (c) printf "%s %s median %.0f mean %.0f us n %d\n", head, key, v[int((c + 1) / 2)], sum / c, c
@@ -293,11 +337,15 @@ trace_record() {
 		$1 != key { flush(); key = $1; c = 0; sum = 0 }
 		{ v[++c] = $2; sum += $2 }
 		END { flush() }'
+	# What else the host did meanwhile: interrupts, IPIs and softirqs of every kind, context
+	# switches (only those that moved).
+	awk 'NR == FNR { was[$1] = $2; next } $2 > was[$1] { print "count", $2 - was[$1], $1 }' \
+		/tmp/trace.before /tmp/trace.after >>/tmp/trace.counts
 	awk -v head="TRACE $name $role" '
 		{ c[$3] = $2 }
 		END { tr = c["ib0_sends"]; if (!tr) tr = 1
 			for (k in c) printf "%s %s per_ib0_send %.2f n %d\n", head, k, c[k] / tr, c[k] }' /tmp/trace.counts
-	rm -f /tmp/trace.counts
+	rm -f /tmp/trace.counts /tmp/trace.before /tmp/trace.after
 }
 [ -n "$TRACE_SECS" ] && each_driver_mode "TCP_RR traced" trace_record "$TRACE_SECS" TCP_RR
 [ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
