@@ -52,9 +52,15 @@ impl DrvInfo {
     /// Where the hardware sits: the name of `dev`, the device the hardware is on (the bus
     /// address of a PCI function), as C drivers fill it in.
     pub fn set_bus_info_of(&mut self, dev: &crate::device::Device) {
-        // SAFETY: `dev` is a valid device; its name lives as long as the device, which
-        // outlives the borrow.
-        let name = unsafe { CStr::from_char_ptr(bindings::dev_name(dev.as_raw())) };
+        // SAFETY: `dev` is a valid device.
+        let name = unsafe { bindings::dev_name(dev.as_raw()) };
+        if name.is_null() {
+            // A device not added yet may have no name: nothing to show.
+            return;
+        }
+        // SAFETY: A non-null name is a NUL-terminated string that lives as long as the
+        // device, which outlives this call.
+        let name = unsafe { CStr::from_char_ptr(name) };
         copy_str(&mut self.0.bus_info, name.as_bytes());
     }
 }
