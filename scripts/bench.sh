@@ -37,7 +37,8 @@
 # to bench/results/vs-c-profile-tcp_rr.txt (IPOIB_RS_BENCH_RUNS=0: the profiles alone).
 # With IPOIB_RS_TRACE_SECS set, each driver's TCP_RR in each mode is traced on both guests
 # (tracefs events: sends and receives on ib0 and eth0, rxe's tasks, NAPI rounds) and split
-# into where a transaction's time goes, written to bench/results/vs-c-trace.txt.
+# into where a transaction's time goes, written to bench/results/vs-c-trace.txt. With
+# IPOIB_RS_PRELUDE_SECS=N, each profiled or traced run follows an N-second TCP_MAERTS.
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
@@ -152,7 +153,7 @@ if [ "${1:-}" = --vs-c ]; then
 		logs=${3:?usage: bench.sh --vs-c --from LOGDIR}
 	else
 		run_guests vs-c two-hosts-ib two_hosts_ib_bench.sh 3000 \
-			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_TRACE_SECS:+ ipoibrs.tracesecs=$IPOIB_RS_TRACE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1} ipoibrs.profiletest=$profile_test ipoibrs.benchfirst=${IPOIB_RS_BENCH_FIRST:-c}"
+			"ipoibrs.benchruns=$runs${IPOIB_RS_PROFILE_SECS:+ ipoibrs.profilesecs=$IPOIB_RS_PROFILE_SECS}${IPOIB_RS_TRACE_SECS:+ ipoibrs.tracesecs=$IPOIB_RS_TRACE_SECS}${IPOIB_RS_PRELUDE_SECS:+ ipoibrs.preludesecs=$IPOIB_RS_PRELUDE_SECS}${IPOIB_RS_PERF_GRAPH:+ ipoibrs.perfgraph=1} ipoibrs.profiletest=$profile_test ipoibrs.benchfirst=${IPOIB_RS_BENCH_FIRST:-c}"
 	fi
 	lines=$(grep -a '^# BENCH ' "$logs/host1.results" | sed 's/^# //' || true)
 	prof=$(grep -qa '^# PROF ' "$logs"/host*.results && demangled_prof "$logs" || true)

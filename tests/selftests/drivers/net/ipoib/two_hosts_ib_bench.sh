@@ -23,6 +23,9 @@ PROFILE_SECS=${IPOIB_PROFILE_SECS:-}
 # With IPOIB_TRACE_SECS, each driver's TCP_RR of each mode is then traced on both hosts
 # (tracefs events) and split into where a transaction's time goes: TRACE lines.
 TRACE_SECS=${IPOIB_TRACE_SECS:-}
+# With IPOIB_PRELUDE_SECS, each profiled or traced run follows a TCP_MAERTS of that many
+# seconds (the server sending in bulk), as the benchmark's TCP_RR follows its streams.
+PRELUDE_SECS=${IPOIB_PRELUDE_SECS:-}
 PROFILE_TEST=${IPOIB_PROFILE_TEST:-TCP_STREAM}
 FIRST=${IPOIB_BENCH_FIRST:-c}
 case "$FIRST" in
@@ -215,6 +218,14 @@ observed() {
 	shift 6
 	up "$drv" "$mode" || failed=1
 	both_at $((7200 + step * 2)) || return 1
+	if [ -n "$PRELUDE_SECS" ]; then
+		if [ "$role" = client ] && [ "$failed" = 0 ]; then
+			wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
+				echo "# prelude: TCP_MAERTS $(timeout $((PRELUDE_SECS + 60)) netperf -H "$ib_peer" \
+					-t TCP_MAERTS -l "$PRELUDE_SECS" -P 0 -- -m 65536 | tail -n 1)" || failed=1
+		fi
+		both_at $((7600 + step)) $((PRELUDE_SECS + 120)) || return 1
+	fi
 	if [ "$role" = server ]; then
 		"$record" "$drv-$mode" sleep $((secs + 3)) || failed=1
 	else
