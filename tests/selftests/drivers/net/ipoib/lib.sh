@@ -358,6 +358,9 @@ ib_fabric_topology() {
 	hostname >"/sys/class/infiniband/$IB_DEV/node_desc"
 	wait_for 10 ib_port_is INIT
 }
+# cpu_busy: CPU time spent busy since boot, all CPUs, in USER_HZ ticks (user, nice, system,
+# irq, softirq of /proc/stat).
+cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 # adapter_links [CHILD]: ib0 sits on the adapter of IB_DEV as C puts it there (rxe_ib gives
 # the port the device of eth0, as an HCA has its PCI function): /sys/class/net/ib0/device is
 # the adapter, which lists IB_DEV under infiniband/ (how ibdev2netdev maps them), ethtool -i

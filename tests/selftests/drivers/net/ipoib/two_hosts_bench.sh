@@ -18,8 +18,6 @@ ktap_set_plan 4
 ipoib_check "$role: rxe0 on eth0 ($IPOIB_LOCAL_IP) ACTIVE" two_hosts_topology
 two_hosts_meet
 
-# cpu_busy: jiffies the CPUs spent busy so far (all but idle and iowait).
-cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 # emit MTU NAME RUN VALUE UNIT MBIT_S BUSY_JIFFIES: one result line; CPU seconds per MB
 # moved when the measurement moved data.
 emit() {

@@ -5,8 +5,8 @@
 # fabric (rxe_ib on eth0 of both hosts, opensm on the server), in the same run: each run
 # loads one driver on both hosts, then the other, the first alternating run by run (C, Rust,
 # Rust, C, C, Rust, ...; IPOIB_BENCH_FIRST=rust starts with ours) so that drift and whatever
-# one driver leaves behind hit both alike, and measures in datagram mode and in connected mode at MTU 65520: netperf
-# TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM with datagrams at the MTU, and four TCP
+# one driver leaves behind hit both alike, and measures in datagram mode and in connected
+# mode at MTU 65520: netperf TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM with datagrams at the MTU, and four TCP
 # streams at once, with the CPU both hosts spent. The client prints one line per
 # measurement:
 #   BENCH <driver> <mode> <test> <run> <value> <unit> <client CPU> <server CPU> <CPU unit>
@@ -140,8 +140,6 @@ block() {
 }
 
 SELFTEST=rdma_rs_selftest
-# cpu_busy: jiffies this host's CPUs spent busy so far (all but idle and iowait).
-cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 # send_peer PORT TEXT: hands TEXT to the peer's recv_peer PORT (which may start later).
 send_peer() { wait_for 60 eval "echo '$2' 2>/dev/null >/dev/tcp/\$peer/$1"; }
 recv_peer() { timeout "${2:-120}" nc -l -p "$1" </dev/null; }
@@ -264,8 +262,9 @@ interrupt_counts() {
 	awk 'NR > 1 { n = 0; for (i = 2; i <= NF; i++) n += $i; k = $1; sub(":", "", k); print "softirq_" k, n }' /proc/softirqs
 	# CPU time in us (USER_HZ ticks): busy and idle, and each idle state's entries and time
 	# (a polling state keeps the vCPU, and so the emulator, busy while the guest is idle).
+	echo "cpu_busy_us $(($(cpu_busy) * 10000))"
 	awk '$1 == "ctxt" { print "context_switches", $2 }
-		$1 == "cpu" { printf "cpu_busy_us %.0f\ncpu_idle_us %.0f\n", ($2 + $3 + $4 + $7 + $8) * 10000, ($5 + $6) * 10000 }' /proc/stat
+		$1 == "cpu" { printf "cpu_idle_us %.0f\n", ($5 + $6) * 10000 }' /proc/stat
 	local d
 	for d in /sys/devices/system/cpu/cpu*/cpuidle/state*; do
 		[ -r "$d/name" ] || continue
