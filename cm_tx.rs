@@ -287,9 +287,8 @@ impl TxConnection {
                     self.last_ms.store(now_ms(), Ordering::Relaxed);
                 }
             }
-            Err((_, skb)) => {
+            Err(_) => {
                 self.shared().credits.give(1);
-                drop(skb);
                 bump(&c.tx_errors, 1);
             }
         }

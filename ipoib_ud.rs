@@ -334,9 +334,8 @@ impl UdDatapath {
             Ok(()) => {
                 self.sends_posted.fetch_add(1, Ordering::Relaxed);
             }
-            Err((_, skb)) => {
+            Err(_) => {
                 self.credits.give(1);
-                drop(skb);
                 bump(&c.tx_errors, 1);
             }
         }

@@ -105,7 +105,7 @@ impl<'a> Attacker<'a> {
 fn send(at: &Attacker<'_>, qp: &QueuePair, bytes: &[u8]) -> Result<WcStatus> {
     let mut buf = DmaBuffer::new(at.device, bytes.len(), DmaDirection::ToDevice, GFP_KERNEL)?;
     buf.as_mut_slice().copy_from_slice(bytes);
-    qp.post_send(buf, bytes.len()).map_err(|(e, _)| e)?;
+    qp.post_send(buf, bytes.len())?;
     let mut wc = wait(at.send_cq, 10000).ok_or(EAGAIN)?;
     qp.complete_send(&mut wc).ok_or(EINVAL)?;
     Ok(wc.status())

@@ -263,9 +263,7 @@ impl Endpoint {
         for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
             *b = fill.wrapping_add(i as u8);
         }
-        self.qp
-            .post_send_ud(buf, PAYLOAD_LEN, ah, to, qkey)
-            .map_err(|(e, _)| e)?;
+        self.qp.post_send_ud(buf, PAYLOAD_LEN, ah, to, qkey)?;
         let mut wc = wait(&self.send_cq, 2000).ok_or(EAGAIN)?;
         let Some(Sent::Buffer(buf)) = self.qp.complete_send(&mut wc) else {
             return Err(EINVAL);
@@ -446,8 +444,8 @@ fn mixed_devices(a: &Endpoint, b: &Endpoint) -> Result {
 
 /// State changes the transport does not take are refused: a UD queue pair sent to RTS
 /// from RESET, brought to INIT without its Q_Key, or given access flags (RC only); the
-/// change it does take then works.
-fn qp_changes(a: &Endpoint) -> Result {
+/// change it does take then works. A send posted in INIT is refused and holds nothing.
+fn qp_changes(a: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
     let qp = small_ud_qp(&a.pd, &a.send_cq, &a.recv_cq)?;
     let init = QpChange::to_init().port(PORT).pkey_index(0);
     for wrong in [
@@ -458,9 +456,19 @@ fn qp_changes(a: &Endpoint) -> Result {
         refused(qp.modify(&wrong))?;
     }
     qp.modify(&init.qkey(QKEY))?;
-    match qp.state()? {
-        State::Init => Ok(()),
-        _ => Err(EINVAL),
+    if qp.state()? != State::Init {
+        return Err(EINVAL);
+    }
+    // Not ready to send: the device refuses the request, whose buffer the queue pair
+    // took before posting it; it must be freed, its slot free again.
+    let buf = DmaBuffer::new(&a.device, PAYLOAD_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
+    refused(qp.post_send_ud(buf, PAYLOAD_LEN, ah, a.qp.qp_num(), QKEY))?;
+    match qp.sends_in_flight() {
+        0 => Ok(()),
+        n => {
+            pr_info!("# {} refused sends still held\n", n);
+            Err(EBUSY)
+        }
     }
 }
 
@@ -472,10 +480,7 @@ fn foreign_posts(a: &Endpoint, b: &Endpoint, ah_a: &Arc<AddressHandle>) -> Resul
     let elsewhere = DmaBuffer::new(&a.device, RECV_LEN, DmaDirection::FromDevice, GFP_KERNEL)?;
     refused(b.qp.post_recv(elsewhere).map_err(|(e, _)| e))?;
     let send = DmaBuffer::new(&b.device, PAYLOAD_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
-    refused(
-        b.qp.post_send_ud(send, PAYLOAD_LEN, ah_a, a.qp.qp_num(), QKEY)
-            .map_err(|(e, _)| e),
-    )
+    refused(b.qp.post_send_ud(send, PAYLOAD_LEN, ah_a, a.qp.qp_num(), QKEY))
 }
 
 /// The IPoIB broadcast group of P_Key 0xffff.
@@ -749,7 +754,7 @@ fn send_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
     for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
         *b = fill.wrapping_add((i / 7) as u8);
     }
-    end.qp.post_send(buf, RC_MSG).map_err(|(e, _)| e)?;
+    end.qp.post_send(buf, RC_MSG)?;
     let mut wc = wait(&ep.send_cq, 5000).ok_or_else(|| {
         pr_info!("# no RC send completion on {}\n", ep.device.name());
         EAGAIN
@@ -1000,8 +1005,8 @@ fn run(report: &mut Report) -> Result {
         mixed_devices(&a, &b),
     );
     report.check(
-        "queue pair changes the transport does not take refused (EINVAL): RTS from RESET, INIT without a Q_Key, access flags on UD",
-        qp_changes(&a),
+        "queue pair changes the transport does not take refused (EINVAL): RTS from RESET, INIT without a Q_Key, access flags on UD; a send before RTS refused, nothing left held",
+        qp_changes(&a, &ah),
     );
     report.check(
         "posts refused (EINVAL): a receive into a buffer mapped for sending, or another device's, a send through another domain's address handle",

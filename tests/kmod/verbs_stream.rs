@@ -396,7 +396,7 @@ fn rc_sender(peer: &Peer) -> Result<Tally> {
         &host,
         RC_MSG,
         peer.secs,
-        |buf| end.qp.post_send(buf, RC_MSG).map_err(|(e, _)| e),
+        |buf| end.qp.post_send(buf, RC_MSG),
         |wc| end.qp.complete_send(wc),
     );
     // Answered or not, the receiver ends on its idle time.
@@ -461,10 +461,7 @@ fn ud_sender(peer: &Peer) -> Result<Tally> {
         &host,
         len,
         peer.secs,
-        |buf| {
-            qp.post_send_ud(buf, len, &ah, peer.qpn, QKEY)
-                .map_err(|(e, _)| e)
-        },
+        |buf| qp.post_send_ud(buf, len, &ah, peer.qpn, QKEY),
         |wc| qp.complete_send(wc),
     )
 }

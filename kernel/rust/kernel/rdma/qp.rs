@@ -387,17 +387,16 @@ impl<B: RecvBuffer> RecvRing<B> {
     /// since).
     pub(crate) fn complete(&self, wc: &mut WorkCompletion) -> Option<B> {
         let id = wc.wr_id();
+        let mut slots = self.slots.lock();
+        // The serial is read under the lock: a reset renews it before it empties the slots,
+        // so a completion of before the reset cannot take a buffer posted after it.
         if (id >> 32) as u32 != self.serial.load(Ordering::Relaxed) {
             return None;
         }
         // INVARIANT: the device is done with the request `wc` completes, which is used up
         // below, so it takes no other buffer from the slot.
-        let buf = self
-            .slots
-            .lock()
-            .entries
-            .get_mut((id & 0xffff_ffff) as usize)?
-            .take()?;
+        let buf = slots.entries.get_mut((id & 0xffff_ffff) as usize)?.take()?;
+        drop(slots);
         wc.consume();
         buf.sync_for_cpu();
         Some(buf)
@@ -599,9 +598,11 @@ impl QpChange {
 /// `qp` was returned by `ib_create_qp_kernel` in `pd` with `send_cq` and `recv_cq`, and is
 /// destroyed only in `drop`, before the buffers in `send` and `recv` are freed and before
 /// `events` (if any: a `KBox` turned into a raw pointer, the context of the queue pair's
-/// event callback) is freed. Every `Some`
-/// slot holds the buffer of a work request posted with that slot's `wr_id` that has not
-/// been completed through this object.
+/// event callback) is freed. Every `Some` slot holds the buffer of a work request posted
+/// with that slot's `wr_id` that has not been completed through this object, or, while
+/// `posting` is held, of the one being posted; during a reset, also of requests the device
+/// dropped, whose `wr_id` carries the serial before it was renewed. While `posting` counts
+/// a reset, no send is posted.
 #[pin_data(PinnedDrop)]
 pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     qp: NonNull<bindings::ib_qp>,
@@ -610,6 +611,12 @@ pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     max_send_sge: usize,
     /// Names this queue's send requests; renewed on reset (see [`RecvRing`]).
     serial: AtomicU32,
+    /// Resets under way, during which posts are refused; held across each `ib_post_send`,
+    /// so that no post overlaps a reset.
+    #[pin]
+    posting: SpinLockBh<u32>,
+    /// Taken only to fill or empty a slot, never across a call into the device: the
+    /// completion path (NAPI on another CPU) does not wait for a post in progress.
     #[pin]
     send: SpinLockBh<Slots<SendSlot>>,
     #[pin]
@@ -630,11 +637,15 @@ unsafe impl<B: RecvBuffer> Send for QueuePair<B> {}
 // takes slots back under their locks; the buffers are `Send`.
 unsafe impl<B: RecvBuffer> Sync for QueuePair<B> {}
 
-/// The lock classes of every queue pair's send slots and multicast list, made outside
-/// generic code for the reason given at [`recv_ring_lock_class`].
+/// The lock classes of every queue pair's posting lock, send slots and multicast list,
+/// made outside generic code for the reason given at [`recv_ring_lock_class`].
 #[inline(never)]
-fn qp_lock_classes() -> [(&'static CStr, &'static crate::sync::LockClassKey); 2] {
+fn qp_lock_classes() -> [(&'static CStr, &'static crate::sync::LockClassKey); 3] {
     [
+        (
+            crate::c_str!("QueuePair::posting"),
+            crate::static_lock_class!(),
+        ),
         (
             crate::c_str!("QueuePair::send"),
             crate::static_lock_class!(),
@@ -774,13 +785,17 @@ impl<B: RecvBuffer> QueuePair<B> {
             max_send_sge: (attr.cap.max_send_sge.max(caps.max_send_sge) as usize)
                 .min(MAX_SKB_SEGMENTS),
             serial,
+            posting <- {
+                let [(name, key), _, _] = qp_lock_classes();
+                SpinLockBh::new(0, name, key)
+            },
             send <- {
-                let [(name, key), _] = qp_lock_classes();
+                let [_, (name, key), _] = qp_lock_classes();
                 SpinLockBh::new(send, name, key)
             },
             recv <- recv,
             mcast <- {
-                let [_, (name, key)] = qp_lock_classes();
+                let [_, _, (name, key)] = qp_lock_classes();
                 Mutex::new(KVec::new(), name, key)
             },
             pd: pd.clone(),
@@ -919,8 +934,26 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Moves the queue pair to RESET, where the device drops every posted request without
     /// completing it: the buffers come back, sends to `send_back` and receives to
     /// `recv_back`. Completions of requests posted before, still queued in a CQ, match none
-    /// posted afterwards. The queue pair is then brought up again like a new one.
-    pub fn reset(&self, mut send_back: impl FnMut(Sent), recv_back: impl FnMut(B)) -> Result {
+    /// posted afterwards. Sends posted meanwhile are refused (`EINVAL`). The queue pair is
+    /// then brought up again like a new one.
+    pub fn reset(&self, send_back: impl FnMut(Sent), recv_back: impl FnMut(B)) -> Result {
+        // No post runs from here on until the buffers are back: one could otherwise queue a
+        // request to the device beside the reset, with memory handed back below.
+        {
+            let mut resets = self.posting.lock();
+            *resets = resets.saturating_add(1);
+        }
+        let done = self.reset_posts_held(send_back, recv_back);
+        let mut resets = self.posting.lock();
+        *resets = resets.saturating_sub(1);
+        done
+    }
+
+    fn reset_posts_held(
+        &self,
+        mut send_back: impl FnMut(Sent),
+        recv_back: impl FnMut(B),
+    ) -> Result {
         let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
         let _ = self.serial.swap(next_serial(), Ordering::Relaxed);
@@ -957,7 +990,8 @@ impl<B: RecvBuffer> QueuePair<B> {
     }
 
     /// Posts the first `len` bytes of `buf` as one datagram to QP `remote_qpn` with Q_Key
-    /// `remote_qkey` through `ah` (UD only). On failure the buffer comes back with the error.
+    /// `remote_qkey` through `ah` (UD only). The buffer is the queue pair's until the send
+    /// completes; on failure it is freed.
     pub fn post_send_ud(
         &self,
         buf: DmaBuffer,
@@ -965,29 +999,26 @@ impl<B: RecvBuffer> QueuePair<B> {
         ah: &Arc<AddressHandle>,
         remote_qpn: u32,
         remote_qkey: u32,
-    ) -> core::result::Result<(), (Error, DmaBuffer)> {
+    ) -> Result {
         if self.qp_type != QpType::Ud {
-            return Err((EINVAL, buf));
+            return Err(EINVAL);
         }
         self.post_buffer(buf, len, Some((ah, remote_qpn, remote_qkey)))
     }
 
     /// Posts the first `len` bytes of `buf` as one message to the connected peer (RC only).
-    /// On failure the buffer comes back with the error.
-    pub fn post_send(
-        &self,
-        buf: DmaBuffer,
-        len: usize,
-    ) -> core::result::Result<(), (Error, DmaBuffer)> {
+    /// The buffer is the queue pair's until the send completes; on failure it is freed.
+    pub fn post_send(&self, buf: DmaBuffer, len: usize) -> Result {
         if self.qp_type != QpType::Rc {
-            return Err((EINVAL, buf));
+            return Err(EINVAL);
         }
         self.post_buffer(buf, len, None)
     }
 
     /// Posts the bytes of `skb` from `offset` (in its linear part) on as one datagram to QP
     /// `remote_qpn` with Q_Key `remote_qkey` through `ah` (UD only), without copying them.
-    /// On failure the skb comes back with the error.
+    /// The skb is the queue pair's until the send completes; on failure it is freed as a
+    /// drop (as `dev_queue_xmit` consumes an skb whatever it returns).
     pub fn post_skb_ud(
         &self,
         skb: SkBuff,
@@ -995,19 +1026,19 @@ impl<B: RecvBuffer> QueuePair<B> {
         ah: &Arc<AddressHandle>,
         remote_qpn: u32,
         remote_qkey: u32,
-    ) -> core::result::Result<(), (Error, SkBuff)> {
+    ) -> Result {
         if self.qp_type != QpType::Ud {
-            return Err((EINVAL, skb));
+            return Err(EINVAL);
         }
         self.post_skb_inner(skb, offset, Some((ah, remote_qpn, remote_qkey)))
     }
 
     /// Posts the bytes of `skb` from `offset` (in its linear part) on as one message to the
-    /// connected peer (RC only), without copying them. On failure the skb comes back with the
-    /// error.
-    pub fn post_skb(&self, skb: SkBuff, offset: u32) -> core::result::Result<(), (Error, SkBuff)> {
+    /// connected peer (RC only), without copying them. The skb is the queue pair's until the
+    /// send completes; on failure it is freed as a drop.
+    pub fn post_skb(&self, skb: SkBuff, offset: u32) -> Result {
         if self.qp_type != QpType::Rc {
-            return Err((EINVAL, skb));
+            return Err(EINVAL);
         }
         self.post_skb_inner(skb, offset, None)
     }
@@ -1017,10 +1048,10 @@ impl<B: RecvBuffer> QueuePair<B> {
         buf: DmaBuffer,
         len: usize,
         ud: Option<(&Arc<AddressHandle>, u32, u32)>,
-    ) -> core::result::Result<(), (Error, DmaBuffer)> {
+    ) -> Result {
         let length = match u32::try_from(len) {
             Ok(l) if len <= buf.len() && buf.usable_by(self.pd.device(), false) => l,
-            _ => return Err((EINVAL, buf)),
+            _ => return Err(EINVAL),
         };
         let mut sge = [bindings::ib_sge {
             addr: buf.dma_addr(),
@@ -1028,11 +1059,7 @@ impl<B: RecvBuffer> QueuePair<B> {
             lkey: self.pd.local_dma_lkey(),
         }];
         buf.sync_for_device();
-        self.post_wr(buf, &mut sge, ud, Payload::Buffer)
-            .map_err(|(e, buf)| {
-                buf.sync_for_cpu();
-                (e, buf)
-            })
+        self.post_wr(Payload::Buffer(buf), &mut sge, ud)
     }
 
     fn post_skb_inner(
@@ -1040,61 +1067,87 @@ impl<B: RecvBuffer> QueuePair<B> {
         mut skb: SkBuff,
         offset: u32,
         ud: Option<(&Arc<AddressHandle>, u32, u32)>,
-    ) -> core::result::Result<(), (Error, SkBuff)> {
+    ) -> Result {
         // More fragments than the device gathers: copy them into the linear part first.
         if SkbMapping::segments(&skb, offset) > self.max_send_sge {
-            if let Err(e) = skb.linearize() {
-                return Err((e, skb));
-            }
+            skb.linearize()?;
         }
         // SAFETY: The protection domain holds a reference to the device, and this object
         // holds the domain until after its send slots, where the mapping lives, are dropped
         // (fields drop in declaration order); a mapping leaving the queue pair is turned back
         // into its skb first.
-        let mapping = unsafe { SkbMapping::new(self.pd.device().as_raw(), skb, offset) }?;
+        let mapping = unsafe { SkbMapping::new(self.pd.device().as_raw(), skb, offset) }
+            .map_err(|(e, _)| e)?;
         let mut sges = [const { zeroed_sge() }; MAX_SKB_SEGMENTS];
         let limit = sges.len().min(self.max_send_sge);
-        let Some(sges) = sges.get_mut(..limit) else {
-            return Err((EINVAL, mapping.into_skb()));
-        };
-        let n = match mapping.fill_sges(self.pd.local_dma_lkey(), sges) {
+        let filled = sges
+            .get_mut(..limit)
+            .ok_or(EINVAL)
+            .and_then(|sges| mapping.fill_sges(self.pd.local_dma_lkey(), sges));
+        let n = match filled {
             Ok(n) => n,
-            Err(e) => return Err((e, mapping.into_skb())),
+            Err(e) => {
+                drop(mapping.into_skb());
+                return Err(e);
+            }
         };
         let Some(sges) = sges.get_mut(..n) else {
-            return Err((EINVAL, mapping.into_skb()));
+            drop(mapping.into_skb());
+            return Err(EINVAL);
         };
-        self.post_wr(mapping, sges, ud, Payload::Skb)
-            .map_err(|(e, mapping)| (e, mapping.into_skb()))
+        self.post_wr(Payload::Skb(mapping), sges, ud)
     }
 
-    /// Posts a signalled send of the memory `sges` describe, which `item` owns; on success
-    /// keeps `item` (as `keep` makes it a payload) in the request's slot, on failure hands it
-    /// back with the error (`EINVAL` for an address handle of another protection domain).
-    fn post_wr<T>(
+    /// Posts a signalled send of the memory `sges` describe, which `payload` owns. The
+    /// payload goes into the request's slot before the device sees the request, so that its
+    /// completion finds it whenever it comes; a request the device refuses has its payload
+    /// taken back and freed (`EINVAL` for an address handle of another protection domain,
+    /// or while the queue pair is being reset).
+    fn post_wr(
         &self,
-        item: T,
+        payload: Payload,
         sges: &mut [bindings::ib_sge],
         ud: Option<(&Arc<AddressHandle>, u32, u32)>,
-        keep: impl FnOnce(T) -> Payload,
-    ) -> core::result::Result<(), (Error, T)> {
+    ) -> Result {
         let Ok(num_sge) = c_int::try_from(sges.len()) else {
-            return Err((EINVAL, item));
+            drop(payload.into_sent());
+            return Err(EINVAL);
         };
         if ud.is_some_and(|(ah, _, _)| ah.pd().as_raw() != self.pd.as_raw()) {
-            return Err((EINVAL, item));
+            drop(payload.into_sent());
+            return Err(EINVAL);
         }
-        let mut slots = self.send.lock();
-        let Some(index) = slots.free_index() else {
-            return Err((ENOSPC, item));
-        };
-        let wr_id = self.wr_id(index);
-        let Some(entry) = slots.entries.get_mut(index) else {
-            return Err((ENOSPC, item));
+        let posting = self.posting.lock();
+        if *posting != 0 {
+            drop(posting);
+            drop(payload.into_sent());
+            return Err(EINVAL);
+        }
+        let index = {
+            let mut slots = self.send.lock();
+            let Some(index) = slots.free_index() else {
+                drop(slots);
+                drop(posting);
+                drop(payload.into_sent());
+                return Err(ENOSPC);
+            };
+            let Some(entry) = slots.entries.get_mut(index) else {
+                drop(slots);
+                drop(posting);
+                drop(payload.into_sent());
+                return Err(ENOSPC);
+            };
+            // INVARIANT: the request is posted below with this slot's `wr_id`, or the slot
+            // emptied again before the posting lock is released.
+            *entry = Some(SendSlot {
+                payload,
+                _ah: ud.map(|(ah, _, _)| ah.clone()),
+            });
+            index
         };
         // SAFETY: All-zero is a valid `ib_ud_wr`.
         let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
-        wr.wr.__bindgen_anon_1.wr_id = wr_id;
+        wr.wr.__bindgen_anon_1.wr_id = self.wr_id(index);
         wr.wr.sg_list = sges.as_mut_ptr();
         wr.wr.num_sge = num_sge;
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
@@ -1107,17 +1160,25 @@ impl<B: RecvBuffer> QueuePair<B> {
         let mut bad = core::ptr::null();
         // SAFETY: `qp` is valid; `wr` (whose first member is the generic request, the only
         // part an RC queue pair reads) and `sges` are valid for the call; the memory they
-        // describe is owned by `item`, kept with the address handle in the slot until the
-        // send completes.
+        // describe is owned by the payload in the request's slot, with the address handle,
+        // which only this request's completion takes out (no reset runs while `posting` is
+        // held), or the failure below.
         let ret = unsafe { bindings::ib_post_send(self.qp.as_ptr(), &wr.wr, &mut bad) };
         if let Err(e) = to_result(ret) {
-            return Err((e, item));
+            // Not posted: no completion names the slot, and no reset runs, so it still
+            // holds the payload.
+            let refused = self
+                .send
+                .lock()
+                .entries
+                .get_mut(index)
+                .and_then(Option::take);
+            drop(posting);
+            if let Some(slot) = refused {
+                drop(slot.payload.into_sent());
+            }
+            return Err(e);
         }
-        // INVARIANT: the memory (and route) of the posted request are kept in its slot.
-        *entry = Some(SendSlot {
-            payload: keep(item),
-            _ah: ud.map(|(ah, _, _)| ah.clone()),
-        });
         Ok(())
     }
 
@@ -1140,10 +1201,13 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Takes back what the send that `wc` completes carried, and uses `wc` up; `None` if
     /// `wc` is not a send completion of this queue pair, or was used up already.
     pub fn complete_send(&self, wc: &mut WorkCompletion) -> Option<Sent> {
+        let mut slots = self.send.lock();
+        // Under the lock, as in `RecvRing::complete`.
         let index = self.slot_of(wc)?;
         // INVARIANT: the device is done with the request `wc` completes, which is used up
         // below, so it takes no other payload from the slot.
-        let slot = self.send.lock().entries.get_mut(index)?.take()?;
+        let slot = slots.entries.get_mut(index)?.take()?;
+        drop(slots);
         wc.consume();
         Some(slot.payload.into_sent())
     }
