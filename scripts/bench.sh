@@ -64,15 +64,15 @@ run_guests() {
 	logs=$OUT/logs/$run
 }
 
-# demangled_prof LOGDIR: the PROF lines of both guests' results, with Rust names made
-# readable by rustfilt (installed on first use).
+# demangled_prof LOGDIR [KIND]: the PROF (or KIND) lines of both guests' results, with Rust
+# names made readable by rustfilt (installed on first use).
 demangled_prof() {
 	if ! "$TOOLS/bin/rustfilt" --version >/dev/null 2>&1; then
 		log "cargo install rustfilt $RUSTFILT_VERSION"
 		cargo +"$RUST_VERSION" install --locked --quiet --root "$TOOLS" \
 			rustfilt --version "$RUSTFILT_VERSION" || log "no rustfilt: Rust names stay mangled"
 	fi
-	grep -ah '^# PROF ' "$1"/host*.results | sed 's/^# //' |
+	grep -ah "^# ${2:-PROF} " "$1"/host*.results | sed 's/^# //' |
 		if [ -x "$TOOLS/bin/rustfilt" ]; then "$TOOLS/bin/rustfilt"; else cat; fi
 }
 # print_prof MODES: for each profiled mode and role, the busy share, modules, kinds of work
@@ -203,6 +203,11 @@ EOF
 			echo "# ipoib-rs against the C ipoib: $profile_test profiles ($(date -u +%FT%TZ); logs $(basename "$logs"))"
 			echo "# PROF <driver>-<mode> role dso|kind|sym share name: % of busy (non-idle) perf samples"
 			echo "$prof"
+			if grep -qa '^# LOCKS ' "$logs"/host*.results; then
+				echo "# LOCKS <driver>-<mode> role: who spun on contended spinlocks (IPOIB_RS_PERF_GRAPH=1;"
+				echo "# perf report's caller chains of queued_spin_lock_slowpath, % of all samples)"
+				demangled_prof "$logs" LOCKS
+			fi
 		} >"$dest/$profile_file"
 		print_prof c-datagram rust-datagram c-connected rust-connected
 		echo "wrote $dest/$profile_file"
