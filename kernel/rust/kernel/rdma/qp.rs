@@ -1098,6 +1098,18 @@ impl<B: RecvBuffer> QueuePair<B> {
         self.post_wr(Payload::Skb(mapping), sges, ud)
     }
 
+    /// Moves `slot` into a free send slot and returns its index; leaves it where it is
+    /// when every slot is taken.
+    fn place(&self, slot: &mut Option<SendSlot>) -> Option<usize> {
+        let mut slots = self.send.lock();
+        let index = slots.free_index()?;
+        // INVARIANT: the caller, holding `posting`, posts the request with this slot's
+        // `wr_id`, or empties the slot again before it releases the lock.
+        let entry = slots.entries.get_mut(index)?;
+        *entry = slot.take();
+        Some(index)
+    }
+
     /// Posts a signalled send of the memory `sges` describe, which `payload` owns. The
     /// payload goes into the request's slot before the device sees the request, so that its
     /// completion finds it whenever it comes; a request the device refuses has its payload
@@ -1109,41 +1121,35 @@ impl<B: RecvBuffer> QueuePair<B> {
         sges: &mut [bindings::ib_sge],
         ud: Option<(&Arc<AddressHandle>, u32, u32)>,
     ) -> Result {
-        let Ok(num_sge) = c_int::try_from(sges.len()) else {
+        // A refused payload is freed with no lock held.
+        let refused = |e: Error, payload: Payload| {
             drop(payload.into_sent());
-            return Err(EINVAL);
+            Err(e)
+        };
+        let Ok(num_sge) = c_int::try_from(sges.len()) else {
+            return refused(EINVAL, payload);
         };
         if ud.is_some_and(|(ah, _, _)| ah.pd().as_raw() != self.pd.as_raw()) {
-            drop(payload.into_sent());
-            return Err(EINVAL);
+            return refused(EINVAL, payload);
         }
         let posting = self.posting.lock();
-        if *posting != 0 {
+        let mut slot = Some(SendSlot {
+            payload,
+            _ah: ud.map(|(ah, _, _)| ah.clone()),
+        });
+        let placed = if *posting == 0 {
+            self.place(&mut slot)
+        } else {
+            None
+        };
+        let Some(index) = placed else {
+            let e = if *posting == 0 { ENOSPC } else { EINVAL };
             drop(posting);
-            drop(payload.into_sent());
-            return Err(EINVAL);
-        }
-        let index = {
-            let mut slots = self.send.lock();
-            let Some(index) = slots.free_index() else {
-                drop(slots);
-                drop(posting);
-                drop(payload.into_sent());
-                return Err(ENOSPC);
+            // `place` leaves the slot with us when it fails.
+            return match slot {
+                Some(slot) => refused(e, slot.payload),
+                None => Err(e),
             };
-            let Some(entry) = slots.entries.get_mut(index) else {
-                drop(slots);
-                drop(posting);
-                drop(payload.into_sent());
-                return Err(ENOSPC);
-            };
-            // INVARIANT: the request is posted below with this slot's `wr_id`, or the slot
-            // emptied again before the posting lock is released.
-            *entry = Some(SendSlot {
-                payload,
-                _ah: ud.map(|(ah, _, _)| ah.clone()),
-            });
-            index
         };
         // SAFETY: All-zero is a valid `ib_ud_wr`.
         let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
