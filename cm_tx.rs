@@ -8,7 +8,7 @@
 
 use crate::{
     cm_shared::{CmOwner, CmShared},
-    cq::TxCqEvents,
+    cq::CqEvents,
     send_credits::SendCredits,
     stats::{bump, now_ms},
     wire::{self, CmPrivateData, HwAddr, CM_MTU, HWADDR_LEN},
@@ -28,8 +28,6 @@ use kernel::{
 
 /// Packets a transmit connection holds while it is being set up.
 const HELD_MAX: usize = 32;
-/// Completions handled per CQ poll call.
-const POLL_BATCH: usize = 16;
 
 /// Packets waiting, in order, for a connection to be established.
 pub(crate) struct Held {
@@ -100,7 +98,7 @@ pub(crate) enum TxPhase {
 /// never holds a reference of its own.
 pub(crate) struct TxLink {
     qp: Pin<KBox<QueuePair>>,
-    cq: Arc<CompletionQueue<TxCqEvents>>,
+    cq: Arc<CompletionQueue<CqEvents>>,
     credits: Arc<SendCredits>,
     /// The destination LID of the connection's path (InfiniBand), shown in debugfs: a
     /// connection set up after the fabric changed uses the path the SA gives now.
@@ -297,7 +295,7 @@ impl TxConnection {
     /// Sets the connection up (process context): its CQ and RC queue pair, then the REQ.
     pub(crate) fn connect(self: &Arc<Self>) -> Result<CmId<TxConnection>> {
         let port = self.shared();
-        let events = Arc::new(TxCqEvents::new(port.napi.clone()), GFP_KERNEL)?;
+        let events = Arc::new(CqEvents::new(port.napi.clone()), GFP_KERNEL)?;
         let ring = port.send_ring;
         let cq = CompletionQueue::new(&port.device, ring + 1, 0, events, crate::OWNER)?;
         let qp = port.new_rc_qp(cq.clone(), ring, None, 0)?;
@@ -455,7 +453,7 @@ impl TxConnection {
 
     /// NAPI: reaps send completions and sends held packets once established. Returns whether
     /// the CQ needs another round.
-    pub(crate) fn poll(&self, dev: &NetDevice) -> bool {
+    pub(crate) fn poll(&self, dev: &NetDevice, wcs: &mut [WorkCompletion]) -> bool {
         let mut s = self.state.lock();
         let mut failed = false;
         let mut again = false;
@@ -464,8 +462,7 @@ impl TxConnection {
         if let Some(link) = s.link.as_ref() {
             if link.cq.handler().take() {
                 loop {
-                    let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
-                    let n = link.cq.poll(&mut wcs).unwrap_or(0);
+                    let n = link.cq.poll(wcs).unwrap_or(0);
                     for wc in &mut wcs[..n] {
                         let sent = link.qp.complete_send(wc);
                         crate::params::ipoib_dbg_cm_data!(
@@ -515,7 +512,7 @@ impl TxConnection {
                             }
                         }
                     }
-                    if n < POLL_BATCH {
+                    if n < wcs.len() {
                         break;
                     }
                 }

@@ -5,31 +5,19 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{net::napi::NapiHandle, rdma::cq::CompletionHandler};
 
-/// Schedules the interface's NAPI poll when a completion arrives.
+/// Events of one completion queue: each schedules the interface's NAPI poll and remembers
+/// that this queue needs polling, so a round polls and re-arms only the queues that fired
+/// (as C's separate receive and send NAPI rounds touch one queue each).
+///
+/// Whoever takes the request ([`CqEvents::take`]) polls the queue and then re-arms it, or
+/// puts the request back ([`CqEvents::kick`], [`CqEvents::mark`]): a queue without a
+/// request is armed, so a completion always brings NAPI back to it.
 pub(crate) struct CqEvents {
-    napi: NapiHandle,
-}
-
-impl CqEvents {
-    pub(crate) fn new(napi: NapiHandle) -> Self {
-        Self { napi }
-    }
-}
-
-impl CompletionHandler for CqEvents {
-    fn completion(&self) {
-        self.napi.schedule();
-    }
-}
-
-/// Events of a transmit connection's own CQ: remembers that this queue needs polling, so
-/// NAPI polls the queues that fired rather than all of them.
-pub(crate) struct TxCqEvents {
     napi: NapiHandle,
     fired: AtomicBool,
 }
 
-impl TxCqEvents {
+impl CqEvents {
     pub(crate) fn new(napi: NapiHandle) -> Self {
         Self {
             napi,
@@ -37,10 +25,15 @@ impl TxCqEvents {
         }
     }
 
-    /// Asks NAPI to look at this connection (completions, or packets to send).
+    /// Asks NAPI to look at this queue (completions, or for a connection packets to send).
     pub(crate) fn kick(&self) {
-        self.fired.store(true, Ordering::Release);
+        self.mark();
         self.napi.schedule();
+    }
+
+    /// Asks the next NAPI round, already due, to look at this queue again.
+    pub(crate) fn mark(&self) {
+        self.fired.store(true, Ordering::Release);
     }
 
     /// Whether NAPI was asked to look, clearing the request.
@@ -54,7 +47,7 @@ impl TxCqEvents {
     }
 }
 
-impl CompletionHandler for TxCqEvents {
+impl CompletionHandler for CqEvents {
     fn completion(&self) {
         self.kick();
     }

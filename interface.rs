@@ -17,7 +17,7 @@ use crate::{
     ethtool::{self, EthtoolState},
     fabric::{Answered, SaOwner, SaPort},
     ipoib_cm::ConnectedMode,
-    ipoib_ud::{send_sges, UdConfig, UdDatapath},
+    ipoib_ud::{completions, send_sges, UdConfig, UdDatapath},
     local_gid::LocalGid,
     log_name::LogName,
     mcast::{Multicast, SaJoiner, SyncReport},
@@ -652,32 +652,35 @@ impl Interface {
     /// unless the budget was used up.
     pub(crate) fn poll(&self, napi: &Napi, budget: Budget<'_>) -> Polled {
         let dev = napi.device();
+        let mut wcs = completions();
         // Send completions free their packets, return credits and restart a stopped queue.
-        self.ud.poll_sends();
+        self.ud.poll_sends(&mut wcs);
         self.paths.send_ready(&self.ud, dev);
         let mut again = match &self.cm {
-            Some(cm) => cm.poll_tx(dev),
+            Some(cm) => cm.poll_tx(dev, &mut wcs),
             None => false,
         };
         self.credits.wake_if_room(dev);
-        let done = self.ud.poll_recvs(napi, budget.get(), |wc| {
-            // Not the UD queue pair's: a receive connection's.
-            if let Some(cm) = &self.cm {
-                cm.receive(wc, napi);
-            }
-        });
-        let polled = if done < budget.get() {
-            let (polled, completed) = budget.complete(done);
-            if completed {
-                again |= self.ud.rearm();
-            } else {
-                again = false;
-            }
-            polled
+        let recvs = self.ud.take_recvs();
+        let done = if recvs {
+            self.ud.poll_recvs(napi, budget.get(), &mut wcs, |wc| {
+                // Not the UD queue pair's: a receive connection's.
+                if let Some(cm) = &self.cm {
+                    cm.receive(wc, napi);
+                }
+            })
         } else {
-            again = false;
-            budget.exhausted()
+            0
         };
+        let (polled, completed) = if done < budget.get() {
+            budget.complete(done)
+        } else {
+            (budget.exhausted(), false)
+        };
+        if recvs {
+            self.ud.recvs_polled(completed);
+        }
+        again &= completed;
         if again {
             napi.schedule_again();
         }

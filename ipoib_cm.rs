@@ -379,7 +379,7 @@ impl ConnectedMode {
 
     /// NAPI: polls the transmit connections whose CQs fired or that hold packets to send.
     /// Returns whether some need another round.
-    pub(crate) fn poll_tx(&self, dev: &NetDevice) -> bool {
+    pub(crate) fn poll_tx(&self, dev: &NetDevice, wcs: &mut [WorkCompletion]) -> bool {
         const BATCH: usize = 16;
         let mut again = false;
         // The walk goes on after the last peer seen, by key: connections added or removed
@@ -408,7 +408,7 @@ impl ConnectedMode {
                 }
             }
             for conn in due.iter().flatten() {
-                again |= conn.poll(dev);
+                again |= conn.poll(dev, wcs);
             }
             if !more {
                 break;

@@ -43,6 +43,16 @@ use kernel::{
 const MAX_IB_MTU: usize = 4096;
 /// Completions handled per CQ poll call.
 const POLL_BATCH: usize = 16;
+
+/// Room for one batch of work completions, polled into. A NAPI round zeroes one and reuses
+/// it for every CQ it polls: only the first entries a poll reports are read.
+pub(crate) type Completions = [WorkCompletion; POLL_BATCH];
+
+/// An empty batch, to poll into.
+pub(crate) const fn completions() -> Completions {
+    [const { WorkCompletion::new() }; POLL_BATCH]
+}
+
 /// The work item that brings a failed queue pair back.
 const RECOVER_WORK: u64 = 0;
 
@@ -107,7 +117,6 @@ pub(crate) struct UdDatapath {
     /// Sends in flight on the interface, shared with connected mode.
     credits: Arc<SendCredits>,
     counters: Arc<Counters>,
-    napi: NapiHandle,
     /// NAPI saw a failed send or an unexpected flush: the queue pair may have failed.
     recovery_due: AtomicBool,
     /// Brings a failed queue pair back (a device may fail it when a send finds the port
@@ -152,9 +161,10 @@ impl UdDatapath {
             lid,
             broadcast,
         } = config;
-        let events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
-        let send_cq = CompletionQueue::new(device, send_ring + 1, 0, events.clone(), crate::OWNER)?;
-        let recv_cq = CompletionQueue::new(device, recv_cqe, 0, events, crate::OWNER)?;
+        let send_events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
+        let recv_events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
+        let send_cq = CompletionQueue::new(device, send_ring + 1, 0, send_events, crate::OWNER)?;
+        let recv_cq = CompletionQueue::new(device, recv_cqe, 0, recv_events, crate::OWNER)?;
         let caps = QpCaps {
             max_send_wr: send_ring,
             max_recv_wr: recv_ring,
@@ -200,7 +210,6 @@ impl UdDatapath {
                 sends_done: AtomicU64::new(0),
                 credits,
                 counters,
-                napi: napi.clone(),
                 recovery_due: AtomicBool::new(false),
                 recover_work <- new_work!("UdDatapath::recover_work"),
             }),
@@ -341,12 +350,16 @@ impl UdDatapath {
         }
     }
 
-    /// Reaps the send completions (from NAPI): they free their packets and return their
-    /// credits; a failed or flushed one has the queue pair checked.
-    pub(crate) fn poll_sends(&self) {
+    /// Reaps the send completions (from NAPI) if the send CQ fired, then arms it again:
+    /// they free their packets and return their credits; a failed or flushed one has the
+    /// queue pair checked.
+    pub(crate) fn poll_sends(&self, wcs: &mut Completions) {
+        let events = self.send_cq.handler();
+        if !events.take() {
+            return;
+        }
         loop {
-            let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
-            let n = self.send_cq.poll(&mut wcs).unwrap_or(0);
+            let n = self.send_cq.poll(wcs).unwrap_or(0);
             for wc in &mut wcs[..n] {
                 if let Some(sent) = self.qp.complete_send(wc) {
                     crate::params::ipoib_dbg_data!(
@@ -379,6 +392,29 @@ impl UdDatapath {
                 break;
             }
         }
+        // A completion that came after the last poll brings another round.
+        if self.send_cq.request_notify().unwrap_or(true) {
+            events.kick();
+        }
+    }
+
+    /// Takes the receive CQ's request for a look (from NAPI): the round that takes it polls
+    /// the CQ ([`Self::poll_recvs`]), then arms it again or passes the request on
+    /// ([`Self::recvs_polled`]).
+    pub(crate) fn take_recvs(&self) -> bool {
+        self.recv_cq.handler().take()
+    }
+
+    /// The NAPI round that took the receive CQ's request is over: `completed` when NAPI
+    /// stopped polling, and the CQ is armed again (completions that slipped in meanwhile
+    /// bring another round); otherwise the next round, already due, looks again.
+    pub(crate) fn recvs_polled(&self, completed: bool) {
+        let events = self.recv_cq.handler();
+        if !completed {
+            events.mark();
+        } else if self.recv_cq.request_notify().unwrap_or(true) {
+            events.kick();
+        }
     }
 
     /// Handles up to `budget` receive completions (from NAPI): datagrams go up and their
@@ -388,12 +424,12 @@ impl UdDatapath {
         &self,
         napi: &Napi,
         budget: u32,
+        wcs: &mut Completions,
         mut other: impl FnMut(&mut WorkCompletion),
     ) -> u32 {
         let mut done = 0u32;
         while done < budget {
             let want = (budget - done).min(POLL_BATCH as u32) as usize;
-            let mut wcs = [const { WorkCompletion::new() }; POLL_BATCH];
             let n = self.recv_cq.poll(&mut wcs[..want]).unwrap_or(0);
             for wc in &mut wcs[..n] {
                 let Some(buf) = self.qp.complete_recv(wc) else {
@@ -461,18 +497,18 @@ impl UdDatapath {
         rx::deliver(msg, pkt_type, napi, c);
     }
 
-    /// Arms both completion queues (when the interface comes up).
+    /// Arms both completion queues (when the interface comes up), and has NAPI look at
+    /// both once for what completed while they were not armed.
     pub(crate) fn arm(&self) {
         let _ = self.recv_cq.request_notify();
         let _ = self.send_cq.request_notify();
+        self.kick();
     }
 
-    /// Re-arms both completion queues once NAPI is done; returns whether completions
-    /// slipped in meanwhile, which need another round.
-    pub(crate) fn rearm(&self) -> bool {
-        let missed_rx = self.recv_cq.request_notify().unwrap_or(true);
-        let missed_tx = self.send_cq.request_notify().unwrap_or(true);
-        missed_rx || missed_tx
+    /// Has NAPI poll both completion queues.
+    fn kick(&self) {
+        self.recv_cq.handler().kick();
+        self.send_cq.handler().kick();
     }
 
     /// Has the queue pair checked, and brought back if it failed (process context).
@@ -506,7 +542,7 @@ impl UdDatapath {
                     pr_err!("{name}: UD queue pair not ready at P_Key index {pkey_index} ({e:?})\n")
                 }
             }
-            self.napi.schedule();
+            self.kick();
             return;
         }
         let state = match self.qp.state() {
@@ -528,7 +564,7 @@ impl UdDatapath {
             }
             Err(e) => pr_err!("{}: UD queue pair stuck in {:?} ({:?})\n", name, state, e),
         }
-        self.napi.schedule();
+        self.kick();
     }
 
     /// Resets the failed UD queue pair and brings it up with its receive ring full again.
