@@ -73,7 +73,7 @@ fn build(
     rest: impl FnOnce(&mut SkBuff) -> Result,
 ) -> Result<SkBuff> {
     let linear = (HWADDR_LEN + head.len()) as u32;
-    let mut skb = SkBuff::alloc(napi.device(), linear, GFP_ATOMIC)?;
+    let mut skb = napi.alloc_skb(linear)?;
     let room = skb.put(linear)?;
     room[..HWADDR_LEN].fill(0);
     room[HWADDR_LEN..].copy_from_slice(head);

@@ -201,3 +201,8 @@ void rust_helper_skb_dst_drop(struct sk_buff *skb)
 {
 	skb_dst_drop(skb);
 }
+
+bool rust_helper_in_softirq(void)
+{
+	return in_softirq();
+}

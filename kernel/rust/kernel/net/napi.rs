@@ -127,6 +127,26 @@ impl Napi {
         unsafe { NetDevice::from_raw(dev) }
     }
 
+    /// Allocates an skb for a packet received in this round, with `len` bytes of room (and
+    /// the usual headroom): from NAPI's per-CPU caches (`napi_alloc_skb`, no interrupts
+    /// masked, the skb's own memory taken in bulk) when bottom halves are off, as in every
+    /// round with a budget; otherwise (a netpoll round) as [`SkBuff::alloc`] does.
+    pub fn alloc_skb(&self, len: u32) -> Result<SkBuff> {
+        // SAFETY: Reads the current CPU's preemption count only.
+        let bh_off = unsafe { bindings::in_softirq() };
+        if !bh_off {
+            return SkBuff::alloc(self.device(), len, GFP_ATOMIC);
+        }
+        // SAFETY: The context is being polled (type invariant), on a live device, and bottom
+        // halves are off, as the per-CPU caches require.
+        let skb = unsafe { bindings::napi_alloc_skb(self.0.get(), len) };
+        if skb.is_null() {
+            return Err(ENOMEM);
+        }
+        // SAFETY: A new skb, whose allocator (we) owns it.
+        Ok(unsafe { SkBuff::from_raw(skb) })
+    }
+
     /// Hands a received packet to the stack through GRO.
     pub fn gro_receive(&self, mut skb: SkBuff) {
         skb.set_dev(self.device());
