@@ -213,7 +213,8 @@ impl Interface {
         if let Some(cm) = &self.cm {
             cm.fail_stalled(now_ms() - i64::from(TX_TIMEOUT_MS));
         }
-        self.napi.schedule();
+        // Both CQs polled once more, whether or not their events came.
+        self.ud.kick();
     }
 }
 

@@ -506,7 +506,7 @@ impl UdDatapath {
     }
 
     /// Has NAPI poll both completion queues.
-    fn kick(&self) {
+    pub(crate) fn kick(&self) {
         self.recv_cq.handler().kick();
         self.send_cq.handler().kick();
     }

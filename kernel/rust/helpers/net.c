@@ -206,3 +206,13 @@ bool rust_helper_in_softirq(void)
 {
 	return in_softirq();
 }
+
+bool rust_helper_in_hardirq(void)
+{
+	return in_hardirq();
+}
+
+bool rust_helper_irqs_disabled(void)
+{
+	return irqs_disabled();
+}

@@ -129,16 +129,16 @@ impl Napi {
 
     /// Allocates an skb for a packet received in this round, with `len` bytes of room (and
     /// the usual headroom): from NAPI's per-CPU caches (`napi_alloc_skb`, no interrupts
-    /// masked, the skb's own memory taken in bulk) when bottom halves are off, as in every
-    /// round with a budget; otherwise (a netpoll round) as [`SkBuff::alloc`] does.
+    /// masked, the skb's own memory taken in bulk) where they may be used, with bottom halves
+    /// off and interrupts on, as in every round with a budget; otherwise (netpoll may poll
+    /// from any context) as [`SkBuff::alloc`] does.
     pub fn alloc_skb(&self, len: u32) -> Result<SkBuff> {
-        // SAFETY: Reads the current CPU's preemption count only.
-        let bh_off = unsafe { bindings::in_softirq() };
-        if !bh_off {
+        if !bh_context() {
             return SkBuff::alloc(self.device(), len, GFP_ATOMIC);
         }
-        // SAFETY: The context is being polled (type invariant), on a live device, and bottom
-        // halves are off, as the per-CPU caches require.
+        // SAFETY: The context is being polled (type invariant), on a live device, and the
+        // CPU runs with bottom halves off, interrupts on (checked above), as the per-CPU
+        // caches require.
         let skb = unsafe { bindings::napi_alloc_skb(self.0.get(), len) };
         if skb.is_null() {
             return Err(ENOMEM);
@@ -161,6 +161,19 @@ impl Napi {
         // SAFETY: The context is being polled, hence added and enabled.
         unsafe { bindings::napi_schedule(self.0.get()) }
     }
+}
+
+/// Whether the CPU runs with bottom halves off (a softirq, or a section that disabled them)
+/// but neither in a hard interrupt nor with interrupts masked: where NAPI's per-CPU caches
+/// may be used.
+fn bh_context() -> bool {
+    // SAFETY: Reads the current CPU's preemption count only.
+    let bh_off = unsafe { bindings::in_softirq() };
+    // SAFETY: As above.
+    let hardirq = unsafe { bindings::in_hardirq() };
+    // SAFETY: Reads the current CPU's interrupt flag only.
+    let irqs_off = unsafe { bindings::irqs_disabled() };
+    bh_off && !hardirq && !irqs_off
 }
 
 /// What a poll round may handle: up to [`Budget::get`] packets. Made by the core's call of

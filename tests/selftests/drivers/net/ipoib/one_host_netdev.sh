@@ -29,17 +29,21 @@ ipoib_check "link up calls open" eval 'ip link set "$DEV" up && klog_since | gre
 
 transmit() {
 	ip addr add 198.51.100.1 peer 198.51.100.2/32 dev "$DEV" || return 1
-	local before after rx_before rx_after
-	before=$(cat /sys/class/net/$DEV/statistics/tx_packets)
-	rx_before=$(cat /sys/class/net/$DEV/statistics/rx_packets)
+	local before after rx_before rx_after s=/sys/class/net/$DEV/statistics
+	local txb_before txb_after rxb_before rxb_after
+	before=$(cat $s/tx_packets) rx_before=$(cat $s/rx_packets)
+	txb_before=$(cat $s/tx_bytes) rxb_before=$(cat $s/rx_bytes)
 	ping -c 5 -i 0.2 -W 1 -s 100 198.51.100.2 >/dev/null 2>&1
-	after=$(cat /sys/class/net/$DEV/statistics/tx_packets)
-	rx_after=$(cat /sys/class/net/$DEV/statistics/rx_packets)
-	echo "tx_packets $before -> $after, rx_packets $rx_before -> $rx_after"
+	after=$(cat $s/tx_packets) rx_after=$(cat $s/rx_packets)
+	txb_after=$(cat $s/tx_bytes) rxb_after=$(cat $s/rx_bytes)
+	echo "tx_packets $before -> $after, rx_packets $rx_before -> $rx_after," \
+		"tx_bytes $txb_before -> $txb_after, rx_bytes $rxb_before -> $rxb_after"
+	# Each copy is as long as the packet sent (IPv4, 20 + 8 + 100 bytes).
 	[ $((after - before)) -eq 5 ] && [ $((rx_after - rx_before)) -eq 5 ] &&
-		[ "$(cat /sys/class/net/$DEV/statistics/tx_dropped)" = 0 ]
+		[ $((txb_after - txb_before)) -eq 640 ] && [ $((rxb_after - rxb_before)) -eq 640 ] &&
+		[ "$(cat $s/tx_dropped)" = 0 ]
 }
-ipoib_check "5 pings built by header_ops, transmitted, looped back through NAPI, counted" transmit
+ipoib_check "5 pings built by header_ops, transmitted, looped back through NAPI (copied into skbs of Napi::alloc_skb), counted" transmit
 ipoib_check "MTU 4000 accepted" eval 'ip link set "$DEV" mtu 4000 && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]'
 mtu_refused() {
 	! ip link set "$DEV" mtu 4001 2>/dev/null && ! ip link set "$DEV" mtu 9002 2>/dev/null &&
