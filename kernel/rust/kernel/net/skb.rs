@@ -414,18 +414,25 @@ impl<O: Ownership> SkBuff<O> {
     /// `None` past the last fragment or for memory that is not a page (device memory).
     /// Valid while the skb is owned and unchanged.
     pub(crate) fn frag(&self, index: usize) -> Option<(NonNull<bindings::page>, usize, usize)> {
-        if index >= self.nr_frags() {
+        let shinfo = self.shinfo();
+        if index >= usize::from(shinfo.nr_frags) {
             return None;
         }
         // `index` is below `nr_frags`, so the fragment is initialised.
-        let frag = self.shinfo().frags.get(index)?;
+        let frag = shinfo.frags.get(index)?;
         // SAFETY: `frag` is a valid fragment of the skb.
         let page = unsafe { bindings::skb_frag_page(frag) };
-        // SAFETY: As above.
-        let offset = unsafe { bindings::skb_frag_off(frag) };
-        // SAFETY: As above.
-        let len = unsafe { bindings::skb_frag_size(frag) };
-        Some((NonNull::new(page)?, offset as usize, len as usize))
+        Some((NonNull::new(page)?, frag.offset as usize, frag.len as usize))
+    }
+
+    /// The length of fragment `index`, `None` past the last one (what [`Self::frag`] gives
+    /// without looking up the page).
+    pub(crate) fn frag_len(&self, index: usize) -> Option<usize> {
+        let shinfo = self.shinfo();
+        if index >= usize::from(shinfo.nr_frags) {
+            return None;
+        }
+        Some(shinfo.frags.get(index)?.len as usize)
     }
 
     /// Moves all data into the linear part, for a device that cannot gather this many

@@ -489,7 +489,7 @@ impl SkbMapping {
             n += 1;
         }
         for (index, &addr) in self.frags.iter().take(self.mapped).enumerate() {
-            let len = self.skb.frag(index).map_or(0, |(_, _, len)| len);
+            let len = self.skb.frag_len(index).unwrap_or(0);
             let sge = out.get_mut(n).ok_or(EINVAL)?;
             *sge = bindings::ib_sge {
                 addr,
@@ -520,7 +520,7 @@ impl SkbMapping {
             };
         }
         for (index, &addr) in self.frags.iter().take(self.mapped).enumerate() {
-            let len = self.skb.frag(index).map_or(0, |(_, _, len)| len);
+            let len = self.skb.frag_len(index).unwrap_or(0);
             // SAFETY: By the type invariant `addr` maps fragment `index` (`len` bytes) on
             // `device`, which is valid; it is forgotten below.
             unsafe { bindings::ib_dma_unmap_page(self.device, addr, len, to_device) };
