@@ -516,10 +516,7 @@ impl TxConnection {
                         break;
                     }
                 }
-                again = link.cq.request_notify().unwrap_or(true);
-                if again {
-                    link.cq.handler().kick();
-                }
+                again = crate::cq::rearm(&link.cq);
             }
         }
         if active {

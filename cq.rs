@@ -3,7 +3,10 @@
 //! Completion events: every completion queue of an interface drives its NAPI context.
 
 use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::{net::napi::NapiHandle, rdma::cq::CompletionHandler};
+use kernel::{
+    net::napi::NapiHandle,
+    rdma::cq::{CompletionHandler, CompletionQueue},
+};
 
 /// Events of one completion queue: each schedules the interface's NAPI poll and remembers
 /// that this queue needs polling, so a round polls and re-arms only the queues that fired
@@ -51,4 +54,15 @@ impl CompletionHandler for CqEvents {
     fn completion(&self) {
         self.kick();
     }
+}
+
+/// Arms `cq` again after NAPI drained it; a completion that came after the last poll (or a
+/// device that cannot arm) puts the request back and schedules another round. Returns
+/// whether it did.
+pub(crate) fn rearm(cq: &CompletionQueue<CqEvents>) -> bool {
+    let missed = cq.request_notify().unwrap_or(true);
+    if missed {
+        cq.handler().kick();
+    }
+    missed
 }

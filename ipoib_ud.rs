@@ -10,7 +10,7 @@
 //! handed back to the caller of [`UdDatapath::poll_recvs`].
 
 use crate::{
-    cq::CqEvents,
+    cq::{self, CqEvents},
     local_gid::LocalGid,
     log_name::LogName,
     partition::PartitionIndex,
@@ -354,8 +354,7 @@ impl UdDatapath {
     /// they free their packets and return their credits; a failed or flushed one has the
     /// queue pair checked.
     pub(crate) fn poll_sends(&self, wcs: &mut Completions) {
-        let events = self.send_cq.handler();
-        if !events.take() {
+        if !self.send_cq.handler().take() {
             return;
         }
         loop {
@@ -392,10 +391,7 @@ impl UdDatapath {
                 break;
             }
         }
-        // A completion that came after the last poll brings another round.
-        if self.send_cq.request_notify().unwrap_or(true) {
-            events.kick();
-        }
+        cq::rearm(&self.send_cq);
     }
 
     /// Takes the receive CQ's request for a look (from NAPI): the round that takes it polls
@@ -409,11 +405,10 @@ impl UdDatapath {
     /// stopped polling, and the CQ is armed again (completions that slipped in meanwhile
     /// bring another round); otherwise the next round, already due, looks again.
     pub(crate) fn recvs_polled(&self, completed: bool) {
-        let events = self.recv_cq.handler();
-        if !completed {
-            events.mark();
-        } else if self.recv_cq.request_notify().unwrap_or(true) {
-            events.kick();
+        if completed {
+            cq::rearm(&self.recv_cq);
+        } else {
+            self.recv_cq.handler().mark();
         }
     }
 

@@ -414,12 +414,7 @@ impl<O: Ownership> SkBuff<O> {
     /// `None` past the last fragment or for memory that is not a page (device memory).
     /// Valid while the skb is owned and unchanged.
     pub(crate) fn frag(&self, index: usize) -> Option<(NonNull<bindings::page>, usize, usize)> {
-        let shinfo = self.shinfo();
-        if index >= usize::from(shinfo.nr_frags) {
-            return None;
-        }
-        // `index` is below `nr_frags`, so the fragment is initialised.
-        let frag = shinfo.frags.get(index)?;
+        let frag = self.frag_at(index)?;
         // SAFETY: `frag` is a valid fragment of the skb.
         let page = unsafe { bindings::skb_frag_page(frag) };
         Some((NonNull::new(page)?, frag.offset as usize, frag.len as usize))
@@ -428,11 +423,17 @@ impl<O: Ownership> SkBuff<O> {
     /// The length of fragment `index`, `None` past the last one (what [`Self::frag`] gives
     /// without looking up the page).
     pub(crate) fn frag_len(&self, index: usize) -> Option<usize> {
+        Some(self.frag_at(index)?.len as usize)
+    }
+
+    /// Fragment `index`, `None` past the last one.
+    fn frag_at(&self, index: usize) -> Option<&bindings::skb_frag_t> {
         let shinfo = self.shinfo();
         if index >= usize::from(shinfo.nr_frags) {
             return None;
         }
-        Some(shinfo.frags.get(index)?.len as usize)
+        // `index` is below `nr_frags`, so the fragment is initialised.
+        shinfo.frags.get(index)
     }
 
     /// Moves all data into the linear part, for a device that cannot gather this many
