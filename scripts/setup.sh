@@ -9,7 +9,7 @@ APT_PACKAGES=(
 	linux-source-6.12 clang lld llvm libclang-dev bc flex bison libelf-dev libssl-dev
 	cpio xz-utils kmod make rsync patch qemu-system-x86 busybox-static iproute2
 	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev rdmacm-utils perftest iperf3 netperf ethtool
-	gnuplot-nox linux-perf opensm infiniband-diags
+	gnuplot-nox linux-perf opensm infiniband-diags python3
 )
 
 # netperf lives in Debian's non-free component; add it to the sources when missing.

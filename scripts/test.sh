@@ -48,6 +48,17 @@ if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
 	failed=$((failed + 1))
 fi
 
+# The benchmark's summary (scripts/vs-c.awk) on made-up figures with known medians.
+bench_out=$("$REPO/tests/bench/vs_c_awk.sh" 2>&1)
+bench_rc=$?
+echo "$bench_out"
+passed=$((passed + $(grep -c "^ok - " <<<"$bench_out")))
+failed=$((failed + $(grep -c "^not ok - " <<<"$bench_out")))
+if [ "$bench_rc" -ne 0 ] && ! grep -q "^not ok - " <<<"$bench_out"; then
+	echo "not ok - bench summary: tests/bench/vs_c_awk.sh failed (exit $bench_rc) without saying what"
+	failed=$((failed + 1))
+fi
+
 # The wire parsers fuzzed for a bounded time (libFuzzer through cargo fuzz; the stable
 # toolchain is let use the sanitizer flags). A crash input is kept as a regression test.
 fuzz_secs=${IPOIB_RS_FUZZ_SECS:-30}

@@ -92,7 +92,7 @@ END {
 			f[drv] = (key SUBSEP drv) in nfail ? nfail[key, drv] : 0
 			stats(runs_of(key, drv, 2)); cc[drv] = med
 			stats(runs_of(key, drv, 3)); sc[drv] = med
-			line = line sprintf(" %-26s", cnt ? sprintf("%s (%s..%s) %d%s", fmt(m[drv]), fmt(l[drv]), fmt(h[drv]), cnt, f[drv] ? "+" f[drv] "F" : "") : "failed")
+			line = line sprintf(" %-26s", cnt ? sprintf("%s (%s..%s) %d%s", fmt(m[drv]), fmt(l[drv]), fmt(h[drv]), cnt, f[drv] ? "+" f[drv] "F" : "") : f[drv] ? "failed " f[drv] "F" : "-")
 		}
 		pairs = stats(paired(1, key)); ratio = med; rlo = lo; rhi = hi
 		stats(paired(2, key)); cr = med; crlo = lo; crhi = hi

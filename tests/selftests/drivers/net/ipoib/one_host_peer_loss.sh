@@ -122,6 +122,25 @@ silent_peer() {
 ipoib_check "peer silent under a UDP flood: transmit timeout, stalled connection closed, child still reachable, lost sends not counted as sent" \
 	silent_peer
 
+# peer_state: what both ends hold for each other, for a failed check to show (this one
+# failed twice in about fifty runs, with no answer to the peer's pings).
+peer_state() {
+	local ib
+	ib=$(if_of rxe1)
+	echo "--- state at the failure: veth neighbours, our paths and connections, both counters"
+	ip -6 neigh show dev veth0
+	ip link show veth0 | grep ether; ip link show veth1 | grep ether
+	ip -6 neigh show dev veth1
+	ip neigh show dev "$ib_a"
+	ip -n "$NS_PEER" neigh show
+	cat "/sys/kernel/debug/ipoib/${ib_a}_path" "/sys/kernel/debug/ipoib/${ib_a}_cm"
+	[ -n "$ib" ] && cat "/sys/kernel/debug/ipoib/${ib}_cm" "/sys/kernel/debug/ipoib/${ib}_mcg"
+	ethtool -S "$ib_a" | grep -vw 0
+	[ -n "$ib" ] && ip netns exec "$NS_PEER" ethtool -S "$ib" | grep -vw 0
+	rdma res show qp | grep -v "comm \[rdma_rs" | head -20
+	rdma statistic show link rxe0/1; rdma statistic show link rxe1/1
+	klog_since | tail -n 30
+}
 peer_back() {
 	ip link set veth1 address "$PEER_MAC" || return 1
 	# While silent, veth0's neighbour entry for the peer's link-local address learnt the
@@ -129,7 +148,7 @@ peer_back() {
 	ip -6 neigh flush dev veth0
 	# The RDMA core does not give rxe1 back its default GID after the change of address
 	# (the GID cache refuses it, ENOSPC): the device has to be added again.
-	rdma link del rxe1 && peer_device_back
+	rdma link del rxe1 && peer_device_back || { peer_state; return 1; }
 }
 ipoib_check "the peer back (its device added again): traffic to it resumes" peer_back
 
