@@ -21,7 +21,7 @@
 use crate::{
     cm_shared::{CmOwner, CmShared},
     srq,
-    stats::{bump, now_ms},
+    stats::{bump, now_ms, Tally},
     wire::{CmPrivateData, MIN_MTU},
 };
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -239,6 +239,7 @@ impl RxTable {
         wc: &WorkCompletion,
         mut buf: ScatterBuffer,
         napi: &Napi,
+        tally: &mut Tally<'_>,
     ) {
         let c = &shared.counters;
         crate::params::ipoib_dbg_cm_data!(
@@ -254,9 +255,13 @@ impl RxTable {
             }
         }
         match wc.status() {
-            WcStatus::Success => {
-                srq::deliver(&shared.device, &mut buf, wc.byte_len() as usize, napi, c)
-            }
+            WcStatus::Success => srq::deliver(
+                &shared.device,
+                &mut buf,
+                wc.byte_len() as usize,
+                napi,
+                tally,
+            ),
             // A receive connection closed: the buffers it had taken come back.
             WcStatus::Flushed => {}
             WcStatus::Error(_) => bump(&c.rx_errors, 1),

@@ -10,7 +10,7 @@ use crate::{
     cm_shared::{CmOwner, CmShared},
     cq::CqEvents,
     send_credits::SendCredits,
-    stats::{bump, now_ms},
+    stats::{bump, now_ms, Tally},
     wire::{self, CmPrivateData, HwAddr, CM_MTU, HWADDR_LEN},
 };
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -453,7 +453,12 @@ impl TxConnection {
 
     /// NAPI: reaps send completions and sends held packets once established. Returns whether
     /// the CQ needs another round.
-    pub(crate) fn poll(&self, dev: &NetDevice, wcs: &mut [WorkCompletion]) -> bool {
+    pub(crate) fn poll(
+        &self,
+        dev: &NetDevice,
+        wcs: &mut [WorkCompletion],
+        tally: &mut Tally<'_>,
+    ) -> bool {
         let mut s = self.state.lock();
         let mut failed = false;
         let mut again = false;
@@ -478,7 +483,7 @@ impl TxConnection {
                         match wc.status() {
                             WcStatus::Success => {
                                 if let Some(sent) = sent {
-                                    self.shared().counters.count_sent(&sent);
+                                    tally.sent(&sent);
                                     sent.consume();
                                     active = true;
                                 }

@@ -25,7 +25,7 @@ use crate::{
     partition::PartitionIndex,
     path::{PathResolver, Paths, GID_INDEX},
     send_credits::SendCredits,
-    stats::{bump, now_ms, Counters, Gauges},
+    stats::{bump, now_ms, Counters, Gauges, Tally},
     wire::{
         self, EncapHeader, EtherType, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HARD_HEADER_LEN, HWADDR_LEN,
     },
@@ -653,22 +653,24 @@ impl Interface {
     pub(crate) fn poll(&self, napi: &Napi, budget: Budget<'_>) -> Polled {
         let dev = napi.device();
         let mut wcs = completions();
+        let mut tally = Tally::new(&self.counters);
         // Send completions free their packets, return credits and restart a stopped queue.
-        self.ud.poll_sends(&mut wcs);
+        self.ud.poll_sends(&mut wcs, &mut tally);
         self.paths.send_ready(&self.ud, dev);
         let mut again = match &self.cm {
-            Some(cm) => cm.poll_tx(dev, &mut wcs),
+            Some(cm) => cm.poll_tx(dev, &mut wcs, &mut tally),
             None => false,
         };
         self.credits.wake_if_room(dev);
         let recvs = self.ud.take_recvs();
         let done = if recvs {
-            self.ud.poll_recvs(napi, budget.get(), &mut wcs, |wc| {
-                // Not the UD queue pair's: a receive connection's.
-                if let Some(cm) = &self.cm {
-                    cm.receive(wc, napi);
-                }
-            })
+            self.ud
+                .poll_recvs(napi, budget.get(), &mut wcs, &mut tally, |wc, tally| {
+                    // Not the UD queue pair's: a receive connection's.
+                    if let Some(cm) = &self.cm {
+                        cm.receive(wc, napi, tally);
+                    }
+                })
         } else {
             0
         };

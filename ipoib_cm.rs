@@ -25,7 +25,7 @@ use crate::{
     path::PathResolver,
     send_credits::SendCredits,
     srq,
-    stats::{bump, now_ms, Counters},
+    stats::{bump, now_ms, Counters, Tally},
     wire::{self, HwAddr, CM_MTU, HWADDR_LEN},
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -260,9 +260,9 @@ impl ConnectedMode {
 
     /// Hands up the message of a receive completion `wc` if a receive connection's queue
     /// pair made it (from NAPI, for completions the UD queue pair does not own).
-    pub(crate) fn receive(&self, wc: &mut WorkCompletion, napi: &Napi) {
+    pub(crate) fn receive(&self, wc: &mut WorkCompletion, napi: &Napi, tally: &mut Tally<'_>) {
         if let Some(buf) = self.rx.complete_recv(&self.shared, wc) {
-            self.rx.receive(&self.shared, wc, buf, napi);
+            self.rx.receive(&self.shared, wc, buf, napi, tally);
         }
     }
 
@@ -379,7 +379,12 @@ impl ConnectedMode {
 
     /// NAPI: polls the transmit connections whose CQs fired or that hold packets to send.
     /// Returns whether some need another round.
-    pub(crate) fn poll_tx(&self, dev: &NetDevice, wcs: &mut [WorkCompletion]) -> bool {
+    pub(crate) fn poll_tx(
+        &self,
+        dev: &NetDevice,
+        wcs: &mut [WorkCompletion],
+        tally: &mut Tally<'_>,
+    ) -> bool {
         const BATCH: usize = 16;
         let mut again = false;
         // The walk goes on after the last peer seen, by key: connections added or removed
@@ -408,7 +413,7 @@ impl ConnectedMode {
                 }
             }
             for conn in due.iter().flatten() {
-                again |= conn.poll(dev, wcs);
+                again |= conn.poll(dev, wcs, tally);
             }
             if !more {
                 break;

@@ -16,7 +16,7 @@ use crate::{
     partition::PartitionIndex,
     rx,
     send_credits::SendCredits,
-    stats::{bump, Counters},
+    stats::{bump, Counters, Tally},
     wire::{self, HwAddr, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -353,7 +353,7 @@ impl UdDatapath {
     /// Reaps the send completions (from NAPI) if the send CQ fired, then arms it again:
     /// they free their packets and return their credits; a failed or flushed one has the
     /// queue pair checked.
-    pub(crate) fn poll_sends(&self, wcs: &mut Completions) {
+    pub(crate) fn poll_sends(&self, wcs: &mut Completions, tally: &mut Tally<'_>) {
         if !self.send_cq.handler().take() {
             return;
         }
@@ -370,7 +370,7 @@ impl UdDatapath {
                     self.credits.give(1);
                     match wc.status() {
                         WcStatus::Success => {
-                            self.counters.count_sent(&sent);
+                            tally.sent(&sent);
                             sent.consume();
                         }
                         // Failed or flushed: either way the queue pair may have failed,
@@ -420,7 +420,8 @@ impl UdDatapath {
         napi: &Napi,
         budget: u32,
         wcs: &mut Completions,
-        mut other: impl FnMut(&mut WorkCompletion),
+        tally: &mut Tally<'_>,
+        mut other: impl FnMut(&mut WorkCompletion, &mut Tally<'_>),
     ) -> u32 {
         let mut done = 0u32;
         while done < budget {
@@ -428,7 +429,7 @@ impl UdDatapath {
             let n = self.recv_cq.poll(&mut wcs[..want]).unwrap_or(0);
             for wc in &mut wcs[..n] {
                 let Some(buf) = self.qp.complete_recv(wc) else {
-                    other(wc);
+                    other(wc, tally);
                     continue;
                 };
                 crate::params::ipoib_dbg_data!(
@@ -439,7 +440,7 @@ impl UdDatapath {
                     wc.status()
                 );
                 match wc.status() {
-                    WcStatus::Success => self.receive(wc, &buf, napi),
+                    WcStatus::Success => self.receive(wc, &buf, napi, tally),
                     // The queue pair failed: its buffers go, and it is brought back.
                     WcStatus::Flushed => {
                         self.recovery_due.store(true, Ordering::Relaxed);
@@ -460,7 +461,7 @@ impl UdDatapath {
     }
 
     /// Hands one received datagram to the stack, or drops it.
-    fn receive(&self, wc: &WorkCompletion, buf: &DmaBuffer, napi: &Napi) {
+    fn receive(&self, wc: &WorkCompletion, buf: &DmaBuffer, napi: &Napi, tally: &mut Tally<'_>) {
         let c = &self.counters;
         let len = wc.byte_len() as usize;
         let Some(msg) = buf.as_slice().get(UD_GRH_LEN..len) else {
@@ -489,7 +490,7 @@ impl UdDatapath {
         if pkt_type == PacketType::Multicast {
             bump(&c.multicast, 1);
         }
-        rx::deliver(msg, pkt_type, napi, c);
+        rx::deliver(msg, pkt_type, napi, tally);
     }
 
     /// Arms both completion queues (when the interface comes up), and has NAPI look at

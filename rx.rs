@@ -3,7 +3,7 @@
 //! Received IPoIB messages (UD datagrams and RC messages alike) handed to the stack.
 
 use crate::{
-    stats::{bump, Counters},
+    stats::{bump, Tally},
     wire::{self, EncapHeader, HWADDR_LEN},
 };
 use kernel::{
@@ -24,14 +24,14 @@ const HEAD_LEN: usize = 256;
 /// whatever its ethertype (as C: a packet socket may want it; the stack drops and counts
 /// what nobody takes). A message shorter than the header is counted as an error; one that
 /// finds memory short, as dropped.
-pub(crate) fn deliver(msg: &[u8], pkt_type: PacketType, napi: &Napi, c: &Counters) {
+pub(crate) fn deliver(msg: &[u8], pkt_type: PacketType, napi: &Napi, tally: &mut Tally<'_>) {
     let linear = if msg.len() <= COPY_MAX {
         msg.len()
     } else {
         HEAD_LEN
     };
     let (head, rest) = msg.split_at(linear);
-    deliver_with(head, pkt_type, napi, c, |skb| {
+    deliver_with(head, pkt_type, napi, tally, |skb| {
         if rest.is_empty() {
             Ok(())
         } else {
@@ -46,20 +46,19 @@ pub(crate) fn deliver_with(
     head: &[u8],
     pkt_type: PacketType,
     napi: &Napi,
-    c: &Counters,
+    tally: &mut Tally<'_>,
     rest: impl FnOnce(&mut SkBuff) -> Result,
 ) {
     let Ok((header, _)) = EncapHeader::parse(head) else {
-        bump(&c.rx_errors, 1);
+        bump(&tally.counters().rx_errors, 1);
         return;
     };
     match build(head, header.ethertype, pkt_type, napi, rest) {
         Ok(skb) => {
-            bump(&c.rx_packets, 1);
-            bump(&c.rx_bytes, u64::from(skb.len()));
+            tally.received(skb.len());
             napi.gro_receive(skb);
         }
-        Err(_) => bump(&c.rx_dropped, 1),
+        Err(_) => bump(&tally.counters().rx_dropped, 1),
     }
 }
 

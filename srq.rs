@@ -11,7 +11,7 @@
 
 use crate::{
     params, rx,
-    stats::{bump, Counters},
+    stats::{bump, Tally},
     wire::CM_BUF_SIZE,
 };
 use kernel::{
@@ -69,14 +69,14 @@ pub(crate) fn deliver(
     buf: &mut ScatterBuffer,
     len: usize,
     napi: &Napi,
-    counters: &Counters,
+    tally: &mut Tally<'_>,
 ) {
     let (head, pages) = buf.parts_mut();
     let Some(head) = head.get(..len.min(RX_HEAD)) else {
-        bump(&counters.rx_errors, 1);
+        bump(&tally.counters().rx_errors, 1);
         return;
     };
-    rx::deliver_with(head, PacketType::Host, napi, counters, |skb| {
+    rx::deliver_with(head, PacketType::Host, napi, tally, |skb| {
         let mut left = len.saturating_sub(RX_HEAD);
         let mut index = 0;
         while left > 0 {

@@ -90,20 +90,66 @@ pub(crate) fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-impl Counters {
-    /// Counts a packet whose send completed successfully: a packet is sent when the device
-    /// says so, not when it is posted (a failed completion counts as an error only). Its
-    /// bytes are those after the pseudo header, as the C driver counts them.
-    pub(crate) fn count_sent(&self, sent: &Sent) {
-        if let Sent::Skb(skb) = sent {
-            bump(&self.tx_packets, 1);
-            bump(
-                &self.tx_bytes,
-                u64::from(skb.len().saturating_sub(HWADDR_LEN as u32)),
-            );
+/// The packets one NAPI round received and sent, added to the interface's [`Counters`]
+/// when the round ends (four atomic additions a round, not two per packet). Other counters
+/// change seldom and are bumped at once, through [`Tally::counters`].
+pub(crate) struct Tally<'a> {
+    counters: &'a Counters,
+    rx_packets: u64,
+    rx_bytes: u64,
+    tx_packets: u64,
+    tx_bytes: u64,
+}
+
+impl<'a> Tally<'a> {
+    /// An empty tally for `counters`.
+    pub(crate) fn new(counters: &'a Counters) -> Self {
+        Self {
+            counters,
+            rx_packets: 0,
+            rx_bytes: 0,
+            tx_packets: 0,
+            tx_bytes: 0,
         }
     }
 
+    /// The counters the tally is added to.
+    pub(crate) fn counters(&self) -> &'a Counters {
+        self.counters
+    }
+
+    /// Counts a packet of `len` bytes handed to the stack.
+    pub(crate) fn received(&mut self, len: u32) {
+        self.rx_packets += 1;
+        self.rx_bytes += u64::from(len);
+    }
+
+    /// Counts a packet whose send completed successfully: a packet is sent when the device
+    /// says so, not when it is posted (a failed completion counts as an error only). Its
+    /// bytes are those after the pseudo header, as the C driver counts them.
+    pub(crate) fn sent(&mut self, sent: &Sent) {
+        if let Sent::Skb(skb) = sent {
+            self.tx_packets += 1;
+            self.tx_bytes += u64::from(skb.len().saturating_sub(HWADDR_LEN as u32));
+        }
+    }
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        let c = self.counters;
+        if self.rx_packets != 0 {
+            bump(&c.rx_packets, self.rx_packets);
+            bump(&c.rx_bytes, self.rx_bytes);
+        }
+        if self.tx_packets != 0 {
+            bump(&c.tx_packets, self.tx_packets);
+            bump(&c.tx_bytes, self.tx_bytes);
+        }
+    }
+}
+
+impl Counters {
     /// Copies the counters into the stack's statistics.
     pub(crate) fn fill(&self, stats: &mut Stats64) {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);

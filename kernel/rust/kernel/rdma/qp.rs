@@ -240,8 +240,13 @@ mod sealed {
 
     /// How a receive buffer describes itself to the device.
     pub trait Sealed {
-        /// Fills `out` with the buffer's segments; returns how many.
-        fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize>;
+        /// Calls `f` with the buffer's segments as scatter/gather entries with `lkey`, in an
+        /// array no longer than the buffer needs (it is made for every receive posted).
+        fn with_sges<R>(
+            &self,
+            lkey: u32,
+            f: impl FnOnce(&mut [bindings::ib_sge]) -> R,
+        ) -> Result<R>;
         /// Hands the memory to the device.
         fn sync_for_device(&self);
         /// Takes the memory back for the CPU.
@@ -256,15 +261,14 @@ mod sealed {
 pub trait RecvBuffer: sealed::Sealed + Send {}
 
 impl sealed::Sealed for DmaBuffer {
-    fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
+    fn with_sges<R>(&self, lkey: u32, f: impl FnOnce(&mut [bindings::ib_sge]) -> R) -> Result<R> {
         let length = u32::try_from(self.len()).map_err(|_| EINVAL)?;
-        let sge = out.first_mut().ok_or(EINVAL)?;
-        *sge = bindings::ib_sge {
+        let mut sge = [bindings::ib_sge {
             addr: self.dma_addr(),
             length,
             lkey,
-        };
-        Ok(1)
+        }];
+        Ok(f(&mut sge))
     }
     fn sync_for_device(&self) {
         DmaBuffer::sync_for_device(self)
@@ -279,8 +283,10 @@ impl sealed::Sealed for DmaBuffer {
 impl RecvBuffer for DmaBuffer {}
 
 impl sealed::Sealed for ScatterBuffer {
-    fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
-        ScatterBuffer::fill_sges(self, lkey, out)
+    fn with_sges<R>(&self, lkey: u32, f: impl FnOnce(&mut [bindings::ib_sge]) -> R) -> Result<R> {
+        let mut sges = [bindings::ib_sge::default(); MAX_RECV_SGE];
+        let n = ScatterBuffer::fill_sges(self, lkey, &mut sges)?;
+        Ok(f(sges.get_mut(..n).ok_or(EINVAL)?))
     }
     fn sync_for_device(&self) {
         ScatterBuffer::sync_for_device(self)
@@ -357,29 +363,33 @@ impl<B: RecvBuffer> RecvRing<B> {
         if !buf.usable_by(device) {
             return Err((EINVAL, buf));
         }
-        let mut sges = [bindings::ib_sge::default(); MAX_RECV_SGE];
-        let n = match buf.fill_sges(lkey, &mut sges) {
-            Ok(n) => n,
-            Err(e) => return Err((e, buf)),
-        };
-        let mut slots = self.slots.lock();
-        let Some(index) = slots.free_index() else {
-            return Err((ENOSPC, buf));
-        };
-        // SAFETY: All-zero is a valid `ib_recv_wr`.
-        let mut wr: bindings::ib_recv_wr = unsafe { core::mem::zeroed() };
-        wr.__bindgen_anon_1.wr_id =
-            (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64;
-        wr.sg_list = sges.as_mut_ptr();
-        wr.num_sge = n as c_int;
-        buf.sync_for_device();
-        if let Err(e) = to_result(post(&wr)) {
-            buf.sync_for_cpu();
-            return Err((e, buf));
+        // The slot is taken and the request posted under the lock, which is kept until the
+        // buffer is in the slot.
+        let posted = buf.with_sges(lkey, |sges| {
+            let num_sge = c_int::try_from(sges.len()).map_err(|_| EINVAL)?;
+            let mut slots = self.slots.lock();
+            let index = slots.free_index().ok_or(ENOSPC)?;
+            // SAFETY: All-zero is a valid `ib_recv_wr`.
+            let mut wr: bindings::ib_recv_wr = unsafe { core::mem::zeroed() };
+            wr.__bindgen_anon_1.wr_id =
+                (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64;
+            wr.sg_list = sges.as_mut_ptr();
+            wr.num_sge = num_sge;
+            buf.sync_for_device();
+            if let Err(e) = to_result(post(&wr)) {
+                buf.sync_for_cpu();
+                return Err(e);
+            }
+            Ok((slots, index))
+        });
+        match posted {
+            Ok(Ok((mut slots, index))) => {
+                // INVARIANT: the buffer of the posted request is kept in its slot.
+                slots.entries[index] = Some(buf);
+                Ok(())
+            }
+            Ok(Err(e)) | Err(e) => Err((e, buf)),
         }
-        // INVARIANT: the buffer of the posted request is kept in its slot.
-        slots.entries[index] = Some(buf);
-        Ok(())
     }
 
     /// Takes back the buffer that `wc` completes, if `wc` names one of our requests, and
