@@ -28,7 +28,7 @@ use crate::{
     stats::{bump, now_ms, Counters, Tally},
     wire::{self, HwAddr, CM_MTU, HWADDR_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::{
     net::{
         dev::NetDevice,
@@ -83,6 +83,9 @@ pub(crate) struct ConnectedMode {
     /// Transmit connections by peer.
     #[pin]
     tx: SpinLockBh<RBTree<PeerKey, Arc<TxConnection>>>,
+    /// How many `tx` holds, changed under its lock: NAPI skips the table while it is empty
+    /// (datagram mode, or no peer yet).
+    tx_count: AtomicUsize,
     /// The identifiers of transmit connections, kept by the work item.
     #[pin]
     tx_ids: Mutex<RBTree<PeerKey, CmId<TxConnection>>>,
@@ -143,6 +146,7 @@ impl ConnectedMode {
                 in_use: AtomicBool::new(params::CONNECTED_MODE.get()),
                 listener <- new_mutex!(None, "ConnectedMode::listener"),
                 tx <- new_spinlock_bh!(RBTree::new(), "ConnectedMode::tx"),
+                tx_count: AtomicUsize::new(0),
                 tx_ids <- new_mutex!(RBTree::new(), "ConnectedMode::tx_ids"),
                 rx <- RxTable::new(nonsrq_max),
                 work <- new_work!("ConnectedMode::work"),
@@ -366,6 +370,7 @@ impl ConnectedMode {
                 Some(other) => Some(other.clone()),
                 None => {
                     drop(tx.insert(node));
+                    cm.tx_count.fetch_add(1, Ordering::Release);
                     None
                 }
             }
@@ -386,6 +391,10 @@ impl ConnectedMode {
         tally: &mut Tally<'_>,
     ) -> bool {
         const BATCH: usize = 16;
+        // A connection added after this look polls in the round its CQ's event brings.
+        if self.tx_count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let mut again = false;
         // The walk goes on after the last peer seen, by key: connections added or removed
         // meanwhile shift no position, so none after it is missed.
@@ -443,7 +452,7 @@ impl ConnectedMode {
 
     /// Transmit and receive connections in place.
     pub(crate) fn connection_counts(&self) -> (u64, u64) {
-        let tx = self.tx.lock().iter().count() as u64;
+        let tx = self.tx_count.load(Ordering::Relaxed) as u64;
         let rx = self.rx.count();
         (tx, rx)
     }
@@ -518,7 +527,11 @@ impl ConnectedMode {
                     .iter()
                     .find(|(_, c)| all || c.phase() == TxPhase::Dead)
                     .map(|(k, _)| *k);
-                key.and_then(|k| tx.remove(&k).map(|c| (k, c)))
+                let removed = key.and_then(|k| tx.remove(&k).map(|c| (k, c)));
+                if removed.is_some() {
+                    self.tx_count.fetch_sub(1, Ordering::Release);
+                }
+                removed
             };
             let Some((key, conn)) = victim else { break };
             let id = self.tx_ids.lock().remove(&key);

@@ -119,6 +119,7 @@ impl<'a> Tally<'a> {
     }
 
     /// Counts a packet of `len` bytes handed to the stack.
+    #[inline]
     pub(crate) fn received(&mut self, len: u32) {
         self.rx_packets += 1;
         self.rx_bytes += u64::from(len);
@@ -127,6 +128,7 @@ impl<'a> Tally<'a> {
     /// Counts a packet whose send completed successfully: a packet is sent when the device
     /// says so, not when it is posted (a failed completion counts as an error only). Its
     /// bytes are those after the pseudo header, as the C driver counts them.
+    #[inline]
     pub(crate) fn sent(&mut self, sent: &Sent) {
         if let Sent::Skb(skb) = sent {
             self.tx_packets += 1;
