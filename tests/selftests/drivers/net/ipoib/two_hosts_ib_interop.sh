@@ -74,6 +74,9 @@ round() {
 	both_at $((base + 1))
 	capture 15 /tmp/cap.dg
 	arp_ping() {
+		# Our own ARP request, the multicast datagram dg_wire looks for: without the flush,
+		# a peer that pinged first (its request maybe before our capture) leaves none to send.
+		ip neigh flush dev ib0
 		wait_for 60 ping -c 1 -W 1 "$ib_peer" || return 1
 		ip neigh show dev ib0 "$ib_peer"
 		ip neigh show dev ib0 "$ib_peer" | grep -q "fe:80:00:00:00:00:00:00:50:54:00:ff:ff"
