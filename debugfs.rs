@@ -21,13 +21,15 @@ pub(crate) trait DebugView: Send + Sync {
     fn show_connections(&self, out: &mut dyn Write, now: i64) -> fmt::Result;
 }
 
-/// One multicast group in the C driver's `_mcg` format: RoCE joins complete at once and
-/// nothing is queued; a send-only group is one sent to without joining.
+/// One multicast group in the C driver's `_mcg` format: complete once joined (RoCE joins
+/// complete at once), nothing queued (held packets are the paths'); a send-only group is
+/// one sent to without joining it in full.
 pub(crate) fn write_group(
     out: &mut dyn Write,
     mgid: &[u8; 16],
     created_ms: i64,
     send_only: bool,
+    complete: bool,
 ) -> fmt::Result {
     write!(
         out,
@@ -35,7 +37,7 @@ pub(crate) fn write_group(
         GidText(mgid),
         created_ms,
         0,
-        "yes",
+        if complete { "yes" } else { "no" },
         if send_only { "yes" } else { "no" }
     )
 }

@@ -182,6 +182,15 @@ impl Interface {
     pub(crate) fn collect_neighbours(self: &Arc<Self>) {
         let deadline = now_ms() - 2 * i64::from(Self::neigh_gc_ms());
         self.paths.forget(&self.ud, deadline);
+        // The send-only groups whose handles went are left (C: with their neighbours).
+        if self.mcast.has_send_only() {
+            let _ = workqueue::system().enqueue::<_, MCAST_WORK>(self.clone());
+        }
+        // Packets still waiting have their destinations resolved again: whatever was to
+        // give them a handle (a path query, a join) has failed or been lost by now.
+        if self.paths.holds_packets() {
+            let _ = workqueue::system().enqueue::<_, RESOLVE_WORK>(self.clone());
+        }
         // Their connections go with them.
         if let Some(cm) = &self.cm {
             cm.close_idle_tx(deadline);

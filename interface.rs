@@ -147,7 +147,7 @@ pub(crate) struct Interface {
     pub(crate) ud: Arc<UdDatapath>,
     /// The broadcast group and the multicast list.
     #[pin]
-    mcast: Multicast,
+    pub(crate) mcast: Multicast,
     /// The destinations with their address handles, and the packets waiting for one.
     #[pin]
     pub(crate) paths: Paths,
@@ -595,6 +595,7 @@ impl Interface {
             &owner,
             self.has_partition(),
             self.umcast(),
+            &|mgid| self.paths.in_use(mgid),
         );
         let SyncReport {
             broadcast,
@@ -855,6 +856,9 @@ impl Interface {
 impl DebugView for Interface {
     fn show_groups(&self, out: &mut dyn Write) -> fmt::Result {
         self.mcast.show_joined(out)?;
+        if self.on_infiniband() {
+            return self.mcast.show_send_only(out);
+        }
         // Groups joined in full that packets are sent to too are listed once.
         let joined = self.mcast.joined_groups();
         self.paths.show_send_only(out, &joined)

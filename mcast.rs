@@ -37,6 +37,7 @@ use kernel::{
     },
     new_mutex, new_spinlock_bh,
     prelude::*,
+    rbtree::{RBTree, RBTreeNode},
     rdma::{
         ah::{AddressHandle, AhAttr},
         cm::GidAttr,
@@ -47,9 +48,6 @@ use kernel::{
     },
     sync::{Arc, Mutex, SpinLockBh},
 };
-
-/// Groups sent to without joining them fully, at most (InfiniBand).
-const MAX_SEND_ONLY: usize = 32;
 
 /// How a group of the list is held.
 enum Membership {
@@ -257,8 +255,9 @@ impl SaJoiner {
 /// The groups asked of the SA besides those of the list (InfiniBand).
 struct SaGroups {
     broadcast: Option<SaGroup>,
-    /// Groups sent to without joining them fully, by slot.
-    send_only: KVec<Option<SaGroup>>,
+    /// Groups sent to without joining them fully, by GID: as many as are sent to, each
+    /// left once nothing is sent to it (C: reaped with their neighbours).
+    send_only: RBTree<[u8; 16], SaGroup>,
     /// Groups the paths asked handles for since the last run of the work item.
     requested: KVec<Gid>,
 }
@@ -369,7 +368,7 @@ impl Multicast {
             sa_groups <- new_mutex!(
                 SaGroups {
                     broadcast: None,
-                    send_only: KVec::new(),
+                    send_only: RBTree::new(),
                     requested: KVec::new(),
                 },
                 "Multicast::sa_groups"
@@ -479,7 +478,8 @@ impl Multicast {
     /// (process context); on InfiniBand also takes the SA's answers in, making handles in
     /// `pd`, with `owner` hearing of answers to come, if `joinable` (the partition is in
     /// the port's table), and with `umcast` leaves to user space the groups it joined
-    /// itself. Tells the interface what changed.
+    /// itself; a group only sent to is left once `sent_to` says nothing uses it. Tells the
+    /// interface what changed.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn sync(
         &self,
@@ -490,10 +490,11 @@ impl Multicast {
         owner: &Arc<dyn SaOwner>,
         joinable: bool,
         umcast: bool,
+        sent_to: &dyn Fn(&Gid) -> bool,
     ) -> SyncReport {
         match &self.sa {
             Some(_) if !joinable => SyncReport::default(),
-            Some(sa) => self.sync_sa(sa, device, port, qp, pd, owner, umcast),
+            Some(sa) => self.sync_sa(sa, device, port, qp, pd, owner, umcast, sent_to),
             None => {
                 self.sync_roce(device, port, qp);
                 SyncReport::default()
@@ -512,6 +513,7 @@ impl Multicast {
         pd: &Arc<ProtectionDomain>,
         owner: &Arc<dyn SaOwner>,
         umcast: bool,
+        sent_to: &dyn Fn(&Gid) -> bool,
     ) -> SyncReport {
         let mut report = SyncReport::default();
         let now = now_ms();
@@ -574,7 +576,8 @@ impl Multicast {
         };
         drop(groups);
         self.sync_list(sa, qp, &params, owner, now, umcast, &mut report);
-        self.sync_send_only(sa, device, port, qp, pd, &params, owner, now, &mut report);
+        let send = (device, port, pd);
+        self.sync_send_only(sa, send, qp, &params, owner, now, sent_to, &mut report);
         report
     }
 
@@ -643,26 +646,27 @@ impl Multicast {
         });
     }
 
-    /// Gives the paths handles for the groups they asked for: a group of the list already
-    /// joined lends its record; others are joined as send-only members (C: send-only
-    /// joins), with the broadcast group's parameters `params`.
+    /// Gives the paths handles for the groups they asked for, made on `port` of `device`
+    /// in `pd`: a group of the list already joined lends its record; others are joined as
+    /// send-only members (C: send-only joins), with the broadcast group's parameters
+    /// `params`, and left once `sent_to` says nothing uses them any more.
     #[allow(clippy::too_many_arguments)]
     fn sync_send_only(
         &self,
         sa: &SaJoiner,
-        device: &Device,
-        port: u32,
+        (device, port, pd): (&Device, u32, &Arc<ProtectionDomain>),
         qp: &QueuePair,
-        pd: &Arc<ProtectionDomain>,
         params: &McMemberRecord,
         owner: &Arc<dyn SaOwner>,
         now: i64,
+        sent_to: &dyn Fn(&Gid) -> bool,
         report: &mut SyncReport,
     ) {
         let requested = core::mem::take(&mut self.sa_groups.lock().requested);
         let handle = |rec: &McMemberRecord| {
             AhAttr::from_mcmember(device, port, rec).and_then(|attr| AddressHandle::new(pd, &attr))
         };
+        self.leave_unused_send_only(qp, &requested, sent_to);
         for mgid in requested.iter() {
             let mut joined = None;
             self.groups.for_each_sa(|g| {
@@ -675,32 +679,28 @@ impl Multicast {
                 continue;
             }
             let mut groups = self.sa_groups.lock();
-            let slots = &mut groups.send_only;
-            if slots.iter().flatten().any(|g| g.mgid() == mgid) {
+            if let Some(g) = groups.send_only.get(&mgid.0) {
+                // Joined already: its handle aged out of the paths' table and is made
+                // again. Still joining: its answer gives one.
+                if let Some(rec) = g.record() {
+                    report.give(*mgid, handle(rec));
+                }
                 continue;
             }
-            if !slots.iter().any(Option::is_none) && slots.len() < MAX_SEND_ONLY {
-                let _ = slots.push(None, GFP_KERNEL);
-            }
-            let added = match (
-                slots.iter_mut().find(|s| s.is_none()),
-                SaGroup::new(*mgid, true, owner),
-            ) {
-                (Some(slot), Ok(g)) => {
-                    *slot = Some(g);
-                    true
+            let node = SaGroup::new(*mgid, true, owner)
+                .and_then(|g| RBTreeNode::new(mgid.0, g, GFP_KERNEL));
+            match node {
+                Ok(node) => {
+                    groups.send_only.insert(node);
                 }
-                _ => false,
-            };
-            if !added {
-                let _ = report.unreachable.push(*mgid, GFP_KERNEL);
+                Err(_) => {
+                    let _ = report.unreachable.push(*mgid, GFP_KERNEL);
+                }
             }
         }
+        let mut failed = KVec::new();
         let mut groups = self.sa_groups.lock();
-        for slot in groups.send_only.iter_mut() {
-            let Some(g) = slot.as_mut() else {
-                continue;
-            };
+        for g in groups.send_only.values_mut() {
             let rec = sa
                 .record(g.mgid(), JoinState::SendOnlyFullMember)
                 .with_group_params(params);
@@ -716,11 +716,52 @@ impl Multicast {
                     bump(&self.counters.mcast_join_failures, 1);
                     g.leave(qp);
                     let _ = report.unreachable.push(*g.mgid(), GFP_KERNEL);
-                    *slot = None;
+                    let _ = failed.push(*g.mgid(), GFP_KERNEL);
                 }
                 Progress::Unchanged => {}
             }
         }
+        for mgid in failed.iter() {
+            groups.send_only.remove(&mgid.0);
+        }
+    }
+
+    /// Leaves the send-only groups joined that nothing is sent to any more: no handle in the
+    /// paths' table and no packet waiting for one (`sent_to`), and none of `requested`.
+    fn leave_unused_send_only(
+        &self,
+        qp: &QueuePair,
+        requested: &[Gid],
+        sent_to: &dyn Fn(&Gid) -> bool,
+    ) {
+        let mut groups = self.sa_groups.lock();
+        let mut unused = KVec::new();
+        for g in groups.send_only.values() {
+            if g.record().is_some() && !requested.contains(g.mgid()) && !sent_to(g.mgid()) {
+                if unused.push(*g.mgid(), GFP_KERNEL).is_err() {
+                    // The rest go with the next run.
+                    break;
+                }
+            }
+        }
+        for mgid in unused.iter() {
+            if let Some(mut g) = groups.send_only.remove(&mgid.0) {
+                g.leave(qp);
+            }
+        }
+        if !unused.is_empty() {
+            crate::params::ipoib_dbg_mcast!(
+                "{}: left {} send-only groups no longer sent to\n",
+                self.log_name,
+                unused.len()
+            );
+        }
+    }
+
+    /// Whether groups are joined as a send-only member (InfiniBand): the neighbour
+    /// collection has the multicast work item look for those no longer sent to.
+    pub(crate) fn has_send_only(&self) -> bool {
+        self.sa.is_some() && self.sa_groups.lock().send_only.keys().next().is_some()
     }
 
     /// [`Multicast::sync`] on RoCE.
@@ -796,13 +837,23 @@ impl Multicast {
                 core::mem::take(&mut groups.send_only),
             )
         };
-        let (bcast, send_only) = taken;
+        let (bcast, mut send_only) = taken;
         if let Some(mut g) = bcast {
             g.leave(qp);
         }
-        for mut g in send_only.into_iter().flatten() {
+        for g in send_only.values_mut() {
             g.leave(qp);
         }
+    }
+
+    /// The groups joined as a send-only member, those still being joined included, for
+    /// debugfs (`<if>_mcg`; InfiniBand).
+    pub(crate) fn show_send_only(&self, out: &mut dyn Write) -> fmt::Result {
+        let groups = self.sa_groups.lock();
+        for g in groups.send_only.values() {
+            write_group(out, &g.mgid().0, g.created_ms(), true, g.record().is_some())?;
+        }
+        Ok(())
     }
 
     /// The groups joined in full (process context).
@@ -821,11 +872,11 @@ impl Multicast {
             let joined = self
                 .bcast_joined_ms
                 .load(core::sync::atomic::Ordering::Relaxed);
-            result = write_group(out, &self.broadcast.0, joined, false);
+            result = write_group(out, &self.broadcast.0, joined, false, true);
         }
         self.groups.for_each_joined(|mgid, joined_ms| {
             if result.is_ok() {
-                result = write_group(out, &mgid.0, joined_ms, false);
+                result = write_group(out, &mgid.0, joined_ms, false, true);
             }
         });
         result

@@ -19,11 +19,11 @@ use kernel::{
     sync::{Arc, SpinLockBh},
 };
 
-/// Entries kept; beyond, the destination used least recently makes room (its handle is
-/// cheap to make again).
-const MAX_NEIGHBOURS: usize = 256;
-/// Retired handles waiting for their sends to complete.
-const RETIRED_MAX: usize = 2 * MAX_NEIGHBOURS;
+/// Entries kept: twice the default hard limit of each of the stack's neighbour tables
+/// (1024, ARP and neighbour discovery), which bound the destinations IP sends to, so that
+/// only packets to made-up addresses (packet sockets) fill it. Beyond, the destination
+/// used least recently makes room (its handle is cheap to make again).
+const MAX_NEIGHBOURS: usize = 4096;
 /// Handles dropped per [`Neighbours::take_reapable`] call.
 const REAP_BATCH: usize = 16;
 
@@ -49,21 +49,42 @@ pub(crate) type NeighbourNode = RBTreeNode<[u8; 16], Neighbour>;
 pub(crate) struct Neighbours {
     entries: RBTree<[u8; 16], Neighbour>,
     len: usize,
-    /// Retired handles with the count of sends posted when they left the table.
+    /// Retired handles with the count of sends posted when they left the table; slots are
+    /// reused, and added as needed.
     retired: KVec<Option<(u64, Arc<AddressHandle>)>>,
 }
 
 impl Neighbours {
     pub(crate) fn new() -> Result<Self> {
-        let mut retired = KVec::with_capacity(RETIRED_MAX, GFP_KERNEL)?;
-        for _ in 0..RETIRED_MAX {
-            retired.push(None, GFP_KERNEL)?;
-        }
         Ok(Self {
             entries: RBTree::new(),
             len: 0,
-            retired,
+            retired: KVec::new(),
         })
+    }
+
+    /// The index of a free retirement slot, added if none is (under the table's lock:
+    /// without sleeping); `None` if none could be.
+    fn free_slot(&mut self) -> Option<usize> {
+        if let Some(i) = self.retired.iter().position(Option::is_none) {
+            return Some(i);
+        }
+        self.retired.push(None, GFP_ATOMIC).ok()?;
+        Some(self.retired.len() - 1)
+    }
+
+    /// Moves the entry of `gid` into the free retirement slot `slot`, `posted` sends having
+    /// been posted so far; returns whether there was one.
+    fn retire_into(&mut self, slot: usize, gid: &[u8; 16], posted: u64) -> bool {
+        let Some(free) = self.retired.get_mut(slot) else {
+            return false;
+        };
+        let Some(entry) = self.entries.remove(gid) else {
+            return false;
+        };
+        *free = Some((posted, entry.ah));
+        self.len -= 1;
+        true
     }
 
     /// A table entry for `gid`, reached through `ah` on `route` (process context, before
@@ -150,14 +171,10 @@ impl Neighbours {
                 }
             }
             for key in &keys[..n] {
-                let Some(slot) = self.retired.iter_mut().find(|s| s.is_none()) else {
+                let Some(slot) = self.free_slot() else {
                     return retired;
                 };
-                if let Some(entry) = self.entries.remove(key) {
-                    *slot = Some((posted, entry.ah));
-                    self.len -= 1;
-                    retired += 1;
-                }
+                retired += usize::from(self.retire_into(slot, key, posted));
             }
             if n < keys.len() {
                 return retired;
@@ -176,12 +193,8 @@ impl Neighbours {
         else {
             return;
         };
-        let Some(slot) = self.retired.iter_mut().find(|s| s.is_none()) else {
-            return;
-        };
-        if let Some(entry) = self.entries.remove(&oldest) {
-            *slot = Some((posted, entry.ah));
-            self.len -= 1;
+        if let Some(slot) = self.free_slot() {
+            self.retire_into(slot, &oldest, posted);
         }
     }
 
@@ -233,4 +246,14 @@ pub(crate) fn retire(
             break;
         }
     }
+    // Once all are gone, so are their slots (many after a large table was collected).
+    let slots = {
+        let mut neigh = table.lock();
+        if neigh.retired.iter().all(Option::is_none) {
+            core::mem::take(&mut neigh.retired)
+        } else {
+            KVec::new()
+        }
+    };
+    drop(slots);
 }

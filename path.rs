@@ -16,6 +16,7 @@
 use crate::{
     debugfs::{write_group, GidText},
     fabric::{Answer, Answered, PathLookup, SaOwner, SaPort},
+    held::{Hold, HeldPackets, Spare},
     ipoib_ud::UdDatapath,
     local_gid::LocalGid,
     log_name::LogName,
@@ -25,7 +26,7 @@ use crate::{
 };
 use core::{
     fmt::{self, Write},
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 use kernel::{
     net::{dev::NetDevice, skb::SkBuff},
@@ -42,8 +43,6 @@ use kernel::{
 
 /// The GID table entry our addresses and paths start from, as in the C driver.
 pub(crate) const GID_INDEX: u32 = 0;
-/// Packets held while their destinations are resolved.
-const HELD_MAX: usize = 64;
 
 /// Resolves the destinations of one interface.
 #[derive(Clone)]
@@ -128,12 +127,15 @@ pub(crate) struct Paths {
     /// (see `neigh.rs`); the transmit path, NAPI and process context take it.
     #[pin]
     neigh: SpinLockBh<Neighbours>,
-    /// The held packets with their destination GIDs; taken from the transmit path, NAPI
-    /// and the resolve work item.
+    /// The packets waiting for a handle, per destination; taken from the transmit path,
+    /// NAPI and the resolve work item, after `neigh` when both are.
     #[pin]
-    held: SpinLockBh<KVec<Option<(Gid, SkBuff)>>>,
-    /// How many `held` slots are used, so NAPI skips the table when none is.
+    held: SpinLockBh<HeldPackets>,
+    /// How many packets `held` has, so NAPI skips it when none waits.
     held_count: AtomicUsize,
+    /// Whether a destination packets wait for may have a handle now: NAPI looks through
+    /// `held` only then.
+    held_ready: AtomicBool,
     /// Path queries under way (InfiniBand), at most one per held destination; only the
     /// resolve work item and `stop` take the lock.
     #[pin]
@@ -149,17 +151,14 @@ impl Paths {
         log_name: Arc<LogName>,
         counters: Arc<Counters>,
     ) -> Result<impl PinInit<Self>> {
-        let mut held = KVec::with_capacity(HELD_MAX, GFP_KERNEL)?;
-        for _ in 0..HELD_MAX {
-            held.push(None, GFP_KERNEL)?;
-        }
         let neigh = Neighbours::new()?;
         Ok(pin_init!(Self {
             resolver,
             log_name,
             neigh <- new_spinlock_bh!(neigh, "Paths::neigh"),
-            held <- new_spinlock_bh!(held, "Paths::held"),
+            held <- new_spinlock_bh!(HeldPackets::new(), "Paths::held"),
             held_count: AtomicUsize::new(0),
+            held_ready: AtomicBool::new(false),
             queries <- new_mutex!(KVec::new(), "Paths::queries"),
             counters,
         }))
@@ -168,7 +167,8 @@ impl Paths {
     /// Sends `skb` (pseudo header first) as a datagram to `dest` through `ud`: through `ah`
     /// if given (the broadcast group's), else through the handle of its destination, a GID
     /// (unicast, or a multicast group sent to without joining: RoCE needs no join to send).
-    /// Without one yet the packet is held; returns whether the resolve work item must run.
+    /// Without one yet, or while earlier packets to it still wait, the packet is held;
+    /// returns whether the resolve work item must run.
     pub(crate) fn send(
         &self,
         ud: &UdDatapath,
@@ -188,78 +188,108 @@ impl Paths {
             ud.post(skb, dest, ah, dev);
             return false;
         }
-        match neigh.get(&dest.gid().0, now_ms()) {
-            Some(ah) => {
+        let gid = dest.gid();
+        match neigh.get(&gid.0, now_ms()) {
+            // Not ahead of packets to the same destination that still wait.
+            Some(ah)
+                if self.held_count.load(Ordering::Relaxed) == 0
+                    || !self.held.lock().contains(&gid) =>
+            {
                 ud.post(skb, dest, ah, dev);
                 false
             }
+            Some(_) => {
+                drop(neigh);
+                self.hold(&gid, skb);
+                self.held_ready.store(true, Ordering::Release);
+                true
+            }
             None => {
                 drop(neigh);
-                self.hold(dest.gid(), skb);
+                self.hold(&gid, skb);
                 true
             }
         }
     }
 
-    /// Keeps `skb` until `gid` has an address handle; drops it, counted, when too many wait.
-    fn hold(&self, gid: Gid, skb: SkBuff) {
-        let mut held = self.held.lock();
-        match held.iter_mut().find(|slot| slot.is_none()) {
-            Some(slot) => {
-                *slot = Some((gid, skb));
-                self.held_count.fetch_add(1, Ordering::Relaxed);
+    /// Keeps `skb` until `gid` has an address handle; drops it, counted, when its
+    /// destination's queue is full or no queue can be made for it.
+    fn hold(&self, gid: &Gid, skb: SkBuff) {
+        // Declared first, dropped last: an unused spare is freed outside the lock.
+        let mut spare = None;
+        let mut skb = skb;
+        loop {
+            let mut held = self.held.lock();
+            match held.hold(gid, skb, &mut spare) {
+                Hold::Held => {
+                    self.held_count.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Hold::Dropped => break,
+                Hold::NeedsQueue(back) if spare.is_none() => {
+                    drop(held);
+                    // The destination's first packet: its queue is made outside the lock.
+                    match Spare::new(gid) {
+                        Ok(s) => spare = Some(s),
+                        Err(_) => break,
+                    }
+                    skb = back;
+                }
+                // A queue was given: never asked for again.
+                Hold::NeedsQueue(_) => break,
             }
-            None => bump(&self.counters.tx_dropped, 1),
         }
+        bump(&self.counters.tx_dropped, 1);
     }
 
     /// Sends through `ud` the held packets whose destinations now have a handle (from
-    /// NAPI).
+    /// NAPI), each destination's in the order they were held.
     pub(crate) fn send_ready(&self, ud: &UdDatapath, dev: &NetDevice) {
-        if self.held_count.load(Ordering::Relaxed) == 0 {
+        if self.held_count.load(Ordering::Relaxed) == 0
+            || !self.held_ready.swap(false, Ordering::Acquire)
+        {
             return;
         }
         let mut neigh = self.neigh.lock();
         let mut held = self.held.lock();
         let now = now_ms();
-        for slot in held.iter_mut() {
-            let Some(gid) = slot.as_ref().map(|(gid, _)| gid.0) else {
-                continue;
-            };
-            let Some(ah) = neigh.get(&gid, now) else {
-                continue;
-            };
-            let Some((_, skb)) = slot.take() else {
-                continue;
-            };
-            self.held_count.fetch_sub(1, Ordering::Relaxed);
-            let mut hdr = [0u8; HWADDR_LEN];
-            let dest = skb
-                .copy_bits(0, &mut hdr)
-                .map(|()| HwAddr::from_bytes(&hdr));
-            let Ok(Ok(dest)) = dest else {
-                bump(&self.counters.tx_dropped, 1);
-                continue;
-            };
-            // Its size was checked when it was held.
-            ud.post(skb, &dest, ah, dev);
-        }
+        let before = held.packets();
+        let mut malformed = 0;
+        held.release(
+            |gid| neigh.get(gid, now).cloned(),
+            |ah, skb| {
+                let mut hdr = [0u8; HWADDR_LEN];
+                let dest = skb
+                    .copy_bits(0, &mut hdr)
+                    .map(|()| HwAddr::from_bytes(&hdr));
+                match dest {
+                    // Its size was checked when it was held.
+                    Ok(Ok(dest)) => ud.post(skb, &dest, ah, dev),
+                    _ => malformed += 1,
+                }
+            },
+        );
+        self.held_count
+            .fetch_sub(before - held.packets(), Ordering::Relaxed);
+        // The handles' last references may go only once the table's lock is released (see
+        // `neigh.rs`); they are still in the table here, so these are not the last.
+        drop(held);
+        drop(neigh);
+        bump(&self.counters.tx_dropped, malformed);
     }
 
-    /// The destinations held packets wait for, each once.
-    fn wanted(&self) -> [Option<Gid>; HELD_MAX] {
-        let mut wanted = [None; HELD_MAX];
-        let mut n = 0;
-        let held = self.held.lock();
-        for (gid, _) in held.iter().flatten() {
-            if !wanted[..n].contains(&Some(*gid)) {
-                if let Some(w) = wanted.get_mut(n) {
-                    *w = Some(*gid);
-                    n += 1;
-                }
+    /// The destinations held packets wait for (process context: the copy is allocated
+    /// outside the lock, to the size last seen).
+    fn wanted(&self) -> Result<KVec<Gid>> {
+        loop {
+            let seen = self.held.lock().destinations();
+            let mut wanted = KVec::with_capacity(seen, GFP_KERNEL)?;
+            let held = self.held.lock();
+            if held.destinations() <= wanted.capacity() {
+                held.destinations_into(&mut wanted);
+                return Ok(wanted);
             }
         }
-        wanted
     }
 
     /// Makes the address handles the held packets wait for (the resolve work item) in `pd`
@@ -277,8 +307,14 @@ impl Paths {
         mut multicast: impl FnMut(&Gid),
     ) {
         self.take_answers(device, pd, ud);
-        for gid in self.wanted().iter().flatten() {
+        let Ok(wanted) = self.wanted() else {
+            // Tried again with the next packet held.
+            return;
+        };
+        for gid in wanted.iter() {
             if self.neigh.lock().contains(&gid.0) {
+                // Made meanwhile: NAPI sends what waits for it.
+                self.held_ready.store(true, Ordering::Release);
                 continue;
             }
             let made = match &self.resolver.sa {
@@ -394,8 +430,9 @@ impl Paths {
         }
         // A handle made twice is dropped here, outside the lock, never used. Without a
         // route the packets for it go.
-        if made.is_err() {
-            self.drop_held(gid);
+        match made {
+            Ok(_) => self.held_ready.store(true, Ordering::Release),
+            Err(_) => self.drop_held(gid),
         }
     }
 
@@ -407,14 +444,23 @@ impl Paths {
 
     /// Drops the packets held for `gid`, counted as errors: it has no route.
     pub(crate) fn drop_held(&self, gid: &Gid) {
-        let mut held = self.held.lock();
-        for slot in held.iter_mut() {
-            if slot.as_ref().is_some_and(|(g, _)| g == gid) {
-                *slot = None;
-                self.held_count.fetch_sub(1, Ordering::Relaxed);
-                bump(&self.counters.tx_errors, 1);
-            }
-        }
+        let Some(queue) = self.held.lock().take(gid) else {
+            return;
+        };
+        self.held_count.fetch_sub(queue.len(), Ordering::Relaxed);
+        bump(&self.counters.tx_errors, queue.len() as u64);
+        // Freed here, outside the lock.
+        drop(queue);
+    }
+
+    /// Whether packets wait for a handle.
+    pub(crate) fn holds_packets(&self) -> bool {
+        self.held_count.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether `gid` is in use: it has a handle, or packets wait for one.
+    pub(crate) fn in_use(&self, gid: &Gid) -> bool {
+        self.neigh.lock().contains(&gid.0) || self.held.lock().contains(gid)
     }
 
     /// Cancels the path queries under way (the interface goes down or the fabric changed).
@@ -428,13 +474,11 @@ impl Paths {
     /// down).
     pub(crate) fn drop_all(&self) {
         self.cancel_queries();
-        let mut held = self.held.lock();
-        let mut dropped = 0;
-        for slot in held.iter_mut() {
-            dropped += u64::from(slot.take().is_some());
-        }
+        let (dropped, queues) = self.held.lock().take_all();
         self.held_count.store(0, Ordering::Relaxed);
-        bump(&self.counters.tx_dropped, dropped);
+        bump(&self.counters.tx_dropped, dropped as u64);
+        // Freed here, outside the lock.
+        drop(queues);
     }
 
     /// Forgets the destinations unused since `deadline` (all with `i64::MAX`): their
@@ -475,12 +519,13 @@ impl Paths {
     }
 
     /// The multicast groups sent to without joining them (those not in `joined`), for
-    /// debugfs (`<if>_mcg`), with their last use as creation time.
+    /// debugfs (`<if>_mcg`; RoCE, where sending needs no join), with their last use as
+    /// creation time.
     pub(crate) fn show_send_only(&self, out: &mut dyn Write, joined: &[Gid]) -> fmt::Result {
         let mut result = Ok(());
         self.neigh.lock().for_each(|gid, used, _| {
             if result.is_ok() && Gid(*gid).is_multicast() && !joined.contains(&Gid(*gid)) {
-                result = write_group(out, gid, used, true);
+                result = write_group(out, gid, used, true, true);
             }
         });
         result

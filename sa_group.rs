@@ -45,6 +45,8 @@ pub(crate) struct SaGroup {
     /// Failed attempts in a row, and when the next may start (ms, monotonic).
     failures: u32,
     retry_at: i64,
+    /// When it was made (ms, monotonic), for debugfs.
+    created_ms: i64,
 }
 
 impl SaGroup {
@@ -59,7 +61,13 @@ impl SaGroup {
             attached: None,
             failures: 0,
             retry_at: 0,
+            created_ms: crate::stats::now_ms(),
         })
+    }
+
+    /// When it was made (ms, monotonic).
+    pub(crate) fn created_ms(&self) -> i64 {
+        self.created_ms
     }
 
     /// The group.

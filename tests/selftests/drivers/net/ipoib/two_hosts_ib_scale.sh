@@ -1,0 +1,172 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Many multicast groups sent to without joining them, on the InfiniBand fabric (rxe_ib on
+# eth0 of both hosts, opensm on the server), with the C ipoib as the control: in the first
+# round the client runs ours and the server C, in the second the other way round. The
+# server joins 1000 IPv4 groups; the client sends 3 datagrams to each (send-only joins, no
+# limit on their number), and the server counts what arrives per group. Once the client
+# has sent nothing for the handles' age-out interval (two neighbour collection intervals,
+# 5 s here), its send-only groups are left, and sending to every group again joins them
+# anew and delivers; meanwhile the server resolves the client's address and reaches it
+# over TCP (packets held for groups being joined keep no other destination from
+# resolving). Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+. "$(dirname "$0")/lib.sh"
+
+ktap_print_header
+two_hosts_roles
+# Per round: 6 checks on the server (it receives), 5 on the client (it sends).
+ktap_set_plan $([ "$role" = server ] && echo 12 || echo 10)
+ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
+two_hosts_meet
+trap 'opensm_stop' EXIT
+
+GROUPS_N=1000 FIRST=239.1.0.0 MC_PORT=5300 TCP_PORT=5301
+DBG=/sys/kernel/debug/ipoib
+# The handles age after two collection intervals (both drivers take the ARP table's).
+sysctl -qw net.ipv4.neigh.default.gc_interval=5
+# The neighbours of 1000 groups and more fit in the stack's tables.
+sysctl -qw net.ipv4.neigh.default.gc_thresh3=4096 net.ipv4.neigh.default.gc_thresh2=4096
+
+[ "$role" = server ] && opensm_start
+wait_for 90 ib_port_is ACTIVE || ktap_exit_fail_msg "$role: port not ACTIVE under opensm"
+
+# groups_in_mcg KIND: how many of the test's groups ib0_mcg lists as KIND: "joined"
+# (complete, full member), "send_only" (send-only, joined or being joined) or
+# "send_only_joined" (send-only, complete).
+groups_in_mcg() {
+	awk -v kind="$1" '
+		/^GID: / { g = ($2 ~ /^ff12:401b:ffff:0:0:0:f01:/); c = 0; s = 0; next }
+		g && /^  complete: +yes$/ { c = 1 }
+		g && /^  send_only: +yes$/ { s = 1 }
+		g && /^  send_only:/ {
+			if (kind == "joined") n += c && !s
+			else if (kind == "send_only") n += s
+			else n += c && s
+		}
+		END { print n + 0 }' "$DBG/ib0_mcg"
+}
+
+round() {
+	local drv=$1 n=$2 base=$((7310 + $2 * 20)) peer_drv
+	local who="$role ($drv)"
+	[ "$drv" = rust ] && peer_drv=c || peer_drv=rust
+
+	klog_mark
+	up() {
+		if [ "$drv" = rust ]; then modprobe ib_ipoib; else insmod "$C_IPOIB"; fi &&
+			wait_for 10 test -d /sys/class/net/ib0 || return 1
+		echo datagram >/sys/class/net/ib0/mode
+		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+			wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP'
+	}
+	ipoib_check "$who: ib0 up, carrier once the broadcast group is joined" up
+	both_at $((base + 1))
+
+	if [ "$role" = server ]; then
+		./mcast_udp count ib0 "$FIRST" "$GROUPS_N" "$MC_PORT" 1200 >/tmp/count.out 2>&1 &
+		local counter=$!
+		joined() {
+			wait_for 300 eval '[ "$(groups_in_mcg joined)" -ge $GROUPS_N ]' || {
+				echo "joined: $(groups_in_mcg joined); $(cat /tmp/count.out)"
+				return 1
+			}
+			echo "$(head -n 1 /tmp/count.out); $(groups_in_mcg joined) complete in ib0_mcg"
+		}
+		ipoib_check "$who: $GROUPS_N IPv4 groups joined" joined
+		both_at $((base + 2)) 600
+		# The client's first sending.
+		received() {
+			local line
+			both_at $((base + 3)) 600 || return 1
+			sleep 3
+			kill -USR1 "$counter"
+			wait_for 10 grep -q "^groups" /tmp/count.out || return 1
+			line=$(grep "^groups" /tmp/count.out | tail -n 1)
+			echo "from the client ($peer_drv): $line"
+			[ "$(echo "$line" | awk '{ print $2 }')" = "$GROUPS_N" ]
+		}
+		ipoib_check "$who: every one of the $GROUPS_N groups received datagrams from the peer ($peer_drv) sending to them unjoined" \
+			received
+		# The second sending, after the client's send-only groups aged out; meanwhile the
+		# client's address is resolved again and a TCP connection made to it.
+		both_at $((base + 4)) 600
+		reach() {
+			ip neigh flush dev ib0
+			wait_for 30 ping -c 1 -W 1 "$ib_peer" || { echo "no answer to ARP and ping"; return 1; }
+			ip neigh show dev ib0 "$ib_peer"
+			wait_for 30 eval "echo hello >/dev/tcp/$ib_peer/$TCP_PORT" ||
+				{ echo "no TCP connection"; return 1; }
+		}
+		ipoib_check "$who: the peer ($peer_drv) resolved and reached over TCP while it joins $GROUPS_N groups anew" reach
+		received_again() {
+			local line
+			both_at $((base + 5)) 600 || return 1
+			sleep 3
+			kill -USR1 "$counter"
+			wait_for 10 eval '[ "$(grep -c "^groups" /tmp/count.out)" -ge 2 ]' || return 1
+			line=$(grep "^groups" /tmp/count.out | tail -n 1)
+			echo "from the client ($peer_drv) again: $line"
+			[ "$(echo "$line" | awk '{ print $2 }')" = "$GROUPS_N" ]
+		}
+		ipoib_check "$who: every group received again once the peer's ($peer_drv) send-only joins had aged out" \
+			received_again
+		kill "$counter" 2>/dev/null
+		wait "$counter" 2>/dev/null
+	else
+		both_at $((base + 2)) 600
+		sent() {
+			./mcast_udp sendmany ib0 "$FIRST" "$GROUPS_N" "$MC_PORT" 3 2000 || return 1
+			wait_for 120 eval '[ "$(groups_in_mcg send_only_joined)" -ge $GROUPS_N ]' || {
+				echo "send-only groups joined in ib0_mcg: $(groups_in_mcg send_only_joined)"
+				return 1
+			}
+			echo "$(groups_in_mcg send_only_joined) send-only groups joined in ib0_mcg"
+		}
+		ipoib_check "$who: 3 datagrams sent to each of $GROUPS_N groups not joined, each a send-only group" sent
+		both_at $((base + 3)) 600
+		aged() {
+			# Nothing sent to them for two collection intervals: their handles go, and with
+			# them the send-only joins.
+			wait_for 90 eval '[ "$(groups_in_mcg send_only)" = 0 ]' || {
+				echo "send-only groups still in ib0_mcg: $(groups_in_mcg send_only)"
+				return 1
+			}
+		}
+		ipoib_check "$who: the send-only groups left once unused" aged
+		nc -l -p "$TCP_PORT" </dev/null >/tmp/tcp.out 2>&1 &
+		local listener=$!
+		wait_for 10 tcp_listening "$TCP_PORT"
+		both_at $((base + 4)) 600
+		sent_again() {
+			./mcast_udp sendmany ib0 "$FIRST" "$GROUPS_N" "$MC_PORT" 3 2000 || return 1
+			wait_for 120 eval '[ "$(groups_in_mcg send_only_joined)" -ge $GROUPS_N ]' || {
+				echo "send-only groups joined in ib0_mcg: $(groups_in_mcg send_only_joined)"
+				return 1
+			}
+			wait_for 30 grep -q hello /tmp/tcp.out || { echo "the server's TCP connection never came"; return 1; }
+		}
+		ipoib_check "$who: sending to every group again joins each anew; the server's TCP connection accepted meanwhile" \
+			sent_again
+		kill "$listener" 2>/dev/null
+		wait "$listener" 2>/dev/null
+		both_at $((base + 5)) 600
+	fi
+
+	both_at $((base + 6)) 300
+	done_ok() {
+		ip link set ib0 down && rmmod ib_ipoib && ! test -d /sys/class/net/ib0 &&
+			klog_clean_since
+	}
+	ipoib_check "$who: driver unloaded, kernel log clean" done_ok
+}
+
+if [ "$role" = server ]; then
+	round c 1
+	round rust 2
+else
+	round rust 1
+	round c 2
+fi
+both_at 7399
+opensm_stop
+ktap_finished
