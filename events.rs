@@ -2,18 +2,20 @@
 
 //! What befalls an interface from outside its datapath, and the flushes it causes: port
 //! events for an interface and its children (the carrier follows the port; a port that
-//! comes back has the UD queue pair checked and is queried again; changed addresses, that
-//! is GIDs, P_Keys, LID, subnet manager or a reregistration request, flush the
-//! destinations), the periodic ageing of destinations, and the transmit watchdog. C has
+//! comes back has the UD queue pair checked and is queried again; changed addresses flush
+//! the destinations), the periodic ageing of destinations, and the transmit watchdog. C has
 //! these in `ipoib_event` (`ipoib_verbs.c`), the flushes of `ipoib_ib.c` and the neighbour
 //! reaping of `ipoib_main.c`.
 //!
-//! On InfiniBand the subnet manager stands behind most events: a new LID, a new SM, a
-//! request to register again (an SM that restarted), a changed P_Key or GID table, a port
-//! that came back. Each may have invalidated paths and groups, so the port work item
-//! re-reads the LID and the partition's place in the P_Key table, forgets the paths and
-//! closes the connections made over them, leaves every group and joins again (the carrier
-//! goes off until the broadcast group is joined), for the interface and its children.
+//! On InfiniBand the subnet manager stands behind most events, and each asks for a flush
+//! of its own depth, as C's flush levels do (the port work item does them, for the
+//! interface and its children): a request to register again (an SM that restarted or
+//! handed over) or a new GID, a light one: groups joined again and paths queried again as
+//! they are used, the carrier and the connections kept; a new LID or the port going down
+//! or up, a normal one: paths forgotten with the connections made over them, groups left
+//! and joined again, the carrier off until the broadcast group is joined; a changed P_Key
+//! table, a normal one where the interface's P_Key moved or left, else none; a new SM
+//! alone, none.
 
 use crate::{
     interface::{
@@ -25,7 +27,7 @@ use crate::{
     stats::{bump, now_ms},
     wire::{Gid, ENCAP_HEADER_LEN},
 };
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{
     net::{dev::NetDevice, neigh::arp_gc_interval_ms},
     prelude::*,
@@ -35,24 +37,79 @@ use kernel::{
     workqueue::{self, WorkItem},
 };
 
+/// How deep a flush a port event asks for (C: `enum ipoib_flush_level`), one bit each.
+#[derive(Clone, Copy)]
+pub(crate) enum Flush {
+    /// Groups joined again, paths queried again as they are used; carrier and connections
+    /// kept.
+    Light = 1,
+    /// Paths and their connections forgotten, groups left and joined again, the carrier
+    /// off meanwhile.
+    Normal = 2,
+    /// A normal flush if the interface's P_Key moved in the table or left it.
+    Heavy = 4,
+}
+
+impl Flush {
+    /// The flush InfiniBand's `event` asks for, if any.
+    fn for_event(event: &AsyncEvent) -> Option<Self> {
+        match event {
+            AsyncEvent::ClientReregister(_) | AsyncEvent::GidChange(_) => Some(Self::Light),
+            AsyncEvent::PortActive(_) | AsyncEvent::PortError(_) | AsyncEvent::LidChange(_) => {
+                Some(Self::Normal)
+            }
+            AsyncEvent::PkeyChange(_) => Some(Self::Heavy),
+            // A new SM alone changes nothing of ours (as in C).
+            _ => None,
+        }
+    }
+}
+
+/// The flushes asked for and not yet done by the port work item, as [`Flush`] bits.
+pub(crate) struct PendingFlushes(AtomicU8);
+
+impl PendingFlushes {
+    pub(crate) fn new() -> Self {
+        Self(AtomicU8::new(0))
+    }
+
+    fn ask(&self, flush: Flush) {
+        self.0.fetch_or(flush as u8, Ordering::Relaxed);
+    }
+
+    /// Takes the flushes asked for: whether each of light, normal and heavy was.
+    fn take(&self) -> Pending {
+        let bits = self.0.swap(0, Ordering::Relaxed);
+        let has = |f: Flush| bits & f as u8 != 0;
+        Pending {
+            light: has(Flush::Light),
+            normal: has(Flush::Normal),
+            heavy: has(Flush::Heavy),
+        }
+    }
+}
+
+/// The flushes taken from [`PendingFlushes`].
+#[derive(Clone, Copy)]
+struct Pending {
+    light: bool,
+    normal: bool,
+    heavy: bool,
+}
+
 impl Interface {
     /// Applies a port event to a port's own interface, whose net_device is `dev`, and to
     /// its children (from the device's event handler).
     pub(crate) fn port_event(this: &Arc<Self>, dev: &NetDevice, event: &AsyncEvent) {
-        let fabric_changed = this.on_infiniband()
-            && matches!(
-                event,
-                AsyncEvent::PortActive(_)
-                    | AsyncEvent::LidChange(_)
-                    | AsyncEvent::SmChange(_)
-                    | AsyncEvent::ClientReregister(_)
-                    | AsyncEvent::PkeyChange(_)
-                    | AsyncEvent::GidChange(_)
-            );
-        if fabric_changed {
-            this.fabric_changed.store(true, Ordering::Relaxed);
+        let flush = if this.on_infiniband() {
+            Flush::for_event(event)
+        } else {
+            None
+        };
+        if let Some(f) = flush {
+            this.flushes.ask(f);
         }
-        if fabric_changed || matches!(event, AsyncEvent::PortActive(_)) {
+        if flush.is_some() || matches!(event, AsyncEvent::PortActive(_)) {
             // The speed may have changed with the link (children learn it from us).
             let _ = workqueue::system().enqueue::<_, PORT_WORK>(this.clone());
         }
@@ -76,6 +133,9 @@ impl Interface {
                 self.set_port_active(false);
                 dev.carrier_off();
             }
+            // InfiniBand's flushes are the port work item's, by depth.
+            _ if self.on_infiniband() => {}
+            // RoCE: addresses changed (GIDs follow the Ethernet device's IP addresses).
             _ => self.flush_neighbours(),
         }
     }
@@ -97,17 +157,55 @@ impl Interface {
         }
         self.children()
             .for_each(|c| c.interface().ethtool.copy_speed(&self.ethtool));
-        if self.fabric_changed.swap(false, Ordering::Relaxed) {
-            self.flush_fabric();
-            self.children().for_each(|c| c.interface().flush_fabric());
+        let pending = self.flushes.take();
+        if pending.light || pending.normal || pending.heavy {
+            self.flush_fabric(pending);
+            self.children()
+                .for_each(|c| c.interface().flush_fabric(pending));
         }
     }
 
-    /// After a change of the InfiniBand fabric: our LID and P_Key index read again, paths
-    /// forgotten (the held packets asked for again) with the transmit connections made
-    /// over them (made again on demand, as C frees them with their paths), groups left and
-    /// joined again.
-    fn flush_fabric(self: &Arc<Self>) {
+    /// Does the flushes `pending` asks for (InfiniBand): a P_Key change only where our
+    /// P_Key moved in the table or left it (C: `update_parent_pkey`, `update_child_pkey`);
+    /// the deepest one needed, which includes the others.
+    fn flush_fabric(self: &Arc<Self>, pending: Pending) {
+        let moved = pending.heavy && self.refresh_partition();
+        if moved || pending.normal {
+            self.flush_normal();
+        } else if pending.light {
+            self.flush_light();
+        }
+    }
+
+    /// A light flush (the SM asked ports to register again, or the GID changed): the GID
+    /// read again (the address follows it), paths queried again as they are used, their
+    /// handles used meanwhile, and groups left and joined again, with the carrier and the
+    /// connections kept (C: `IPOIB_FLUSH_LIGHT`).
+    fn flush_light(self: &Arc<Self>) {
+        let gid_changed = match self.device.query_gid(self.port, GID_INDEX) {
+            Ok(gid) => self.gid.set(Gid(gid.0)),
+            Err(_) => false,
+        };
+        // Queries asked of the SM that went away may never be answered: asked again.
+        self.paths.cancel_queries();
+        self.paths.mark_stale();
+        if !self.is_up() {
+            return;
+        }
+        if gid_changed {
+            let _ = workqueue::system().enqueue::<_, RTNL_WORK>(self.clone());
+        }
+        self.rejoin_groups();
+        let _ = workqueue::system().enqueue::<_, MCAST_WORK>(self.clone());
+        let _ = workqueue::system().enqueue::<_, RESOLVE_WORK>(self.clone());
+    }
+
+    /// A normal flush (a new LID, the port down or up, our P_Key moved): our LID and P_Key
+    /// index read again, paths forgotten (the held packets asked for again) with the
+    /// transmit connections made over them (made again on demand, as C frees them with
+    /// their paths), groups left and joined again, the carrier off until the broadcast
+    /// group is joined (C: `IPOIB_FLUSH_NORMAL`).
+    fn flush_normal(self: &Arc<Self>) {
         self.refresh_partition();
         let gid_changed = match self.device.query_gid(self.port, GID_INDEX) {
             Ok(gid) => self.gid.set(Gid(gid.0)),

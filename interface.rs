@@ -15,6 +15,7 @@ use crate::{
     child::{Children, Maker, Role},
     debugfs::{DebugName, DebugView},
     ethtool::{self, EthtoolState},
+    events::PendingFlushes,
     fabric::{Answered, SaOwner, SaPort},
     ipoib_cm::ConnectedMode,
     ipoib_ud::{completions, send_sges, UdConfig, UdDatapath},
@@ -167,9 +168,9 @@ pub(crate) struct Interface {
     active: AtomicBool,
     /// Whether the interface is up.
     up: AtomicBool,
-    /// An event said the InfiniBand fabric changed: the port work item flushes paths and
-    /// groups (`events.rs`).
-    pub(crate) fabric_changed: AtomicBool,
+    /// The flushes InfiniBand port events asked for, which the port work item does
+    /// (`events.rs`).
+    pub(crate) flushes: PendingFlushes,
     /// Our net_device while the interface is up, for the carrier the multicast work item
     /// turns on (holding it longer would keep it from being unregistered).
     #[pin]
@@ -376,7 +377,7 @@ impl Interface {
                 napi: napi.clone(),
                 active: AtomicBool::new(facts.active),
                 up: AtomicBool::new(false),
-                fabric_changed: AtomicBool::new(false),
+                flushes: PendingFlushes::new(),
                 netdev <- new_spinlock!(None, "Interface::netdev"),
                 debug_name <- new_mutex!(None, "Interface::debug_name"),
                 ethtool: EthtoolState::new(facts.speed_mbps),

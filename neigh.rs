@@ -33,6 +33,8 @@ pub(crate) struct Neighbour {
     ah: Arc<AddressHandle>,
     used: i64,
     route: Option<Route>,
+    /// The table's epoch when the handle was made or last found current.
+    epoch: u32,
 }
 
 /// Where a path record sends a destination's packets (InfiniBand), for debugfs.
@@ -52,6 +54,10 @@ pub(crate) struct Neighbours {
     /// Retired handles with the count of sends posted when they left the table; slots are
     /// reused, and added as needed.
     retired: KVec<Option<(u64, Arc<AddressHandle>)>>,
+    /// Advanced when every path may have changed (the subnet manager asked ports to
+    /// register again): an entry of an older epoch is stale, used still, and its path
+    /// queried again when next used.
+    epoch: u32,
 }
 
 impl Neighbours {
@@ -60,6 +66,7 @@ impl Neighbours {
             entries: RBTree::new(),
             len: 0,
             retired: KVec::new(),
+            epoch: 0,
         })
     }
 
@@ -101,17 +108,36 @@ impl Neighbours {
                 ah,
                 used: now,
                 route,
+                epoch: 0,
             },
             GFP_KERNEL,
         )
     }
 
-    /// The handle for `gid`, if one was made; `now` marks the entry used. Sends through it
-    /// are posted before the lock is released.
-    pub(crate) fn get(&mut self, gid: &[u8; 16], now: i64) -> Option<&Arc<AddressHandle>> {
+    /// The handle for `gid`, if one was made, and whether it was stale: its path is then to
+    /// be queried again (it counts as current from now on). `now` marks the entry used.
+    /// Sends through it are posted before the lock is released.
+    pub(crate) fn get(&mut self, gid: &[u8; 16], now: i64) -> Option<(&Arc<AddressHandle>, bool)> {
+        let epoch = self.epoch;
+        let n = self.entries.get_mut(gid)?;
+        n.used = now;
+        let stale = n.epoch != epoch;
+        n.epoch = epoch;
+        Some((&n.ah, stale))
+    }
+
+    /// The handle for `gid`, stale or not; `now` marks the entry used. Sends through it are
+    /// posted before the lock is released.
+    pub(crate) fn handle(&mut self, gid: &[u8; 16], now: i64) -> Option<&Arc<AddressHandle>> {
         let n = self.entries.get_mut(gid)?;
         n.used = now;
         Some(&n.ah)
+    }
+
+    /// Makes every entry stale: each destination's path is queried again when next used,
+    /// while its handle goes on being used (C: `ipoib_mark_paths_invalid`).
+    pub(crate) fn mark_stale(&mut self) {
+        self.epoch = self.epoch.wrapping_add(1);
     }
 
     /// Calls `f` with each destination, when a packet last used it, and its route.
@@ -126,10 +152,10 @@ impl Neighbours {
         self.entries.get(gid).is_some()
     }
 
-    /// Adds `node`, made for `gid`, `posted` sends having been posted so far; in a full
-    /// table the destination used least recently makes room. A node whose destination
-    /// already has a handle comes back, to be dropped outside the lock (nothing was sent
-    /// through it).
+    /// Adds `node`, made for `gid`, `posted` sends having been posted so far: a handle made
+    /// again (its path queried again) retires the one it replaces; in a full table the
+    /// destination used least recently makes room. Without a slot to retire the old one
+    /// in, `node` comes back, to be dropped outside the lock (nothing was sent through it).
     pub(crate) fn insert(
         &mut self,
         gid: &[u8; 16],
@@ -137,14 +163,22 @@ impl Neighbours {
         posted: u64,
     ) -> Option<NeighbourNode> {
         if self.contains(gid) {
-            return Some(node);
-        }
-        if self.len >= MAX_NEIGHBOURS {
+            match self.free_slot() {
+                Some(slot) => {
+                    self.retire_into(slot, gid, posted);
+                }
+                None => return Some(node),
+            }
+        } else if self.len >= MAX_NEIGHBOURS {
             self.retire_oldest(posted);
         }
-        // Not present (checked above): nothing is replaced.
+        // Not present (retired above if it was): nothing is replaced.
         let replaced = self.entries.insert(node);
         self.len += 1;
+        let epoch = self.epoch;
+        if let Some(n) = self.entries.get_mut(gid) {
+            n.epoch = epoch;
+        }
         replaced
     }
 

@@ -16,7 +16,7 @@
 use crate::{
     debugfs::{write_group, GidText},
     fabric::{Answer, Answered, PathLookup, SaOwner, SaPort},
-    held::{Hold, HeldPackets, Spare},
+    held::{HeldPackets, Hold, Spare},
     ipoib_ud::UdDatapath,
     local_gid::LocalGid,
     log_name::LogName,
@@ -136,6 +136,10 @@ pub(crate) struct Paths {
     /// Whether a destination packets wait for may have a handle now: NAPI looks through
     /// `held` only then.
     held_ready: AtomicBool,
+    /// Destinations whose stale handles were used since the resolve work item last ran:
+    /// their paths are queried again (InfiniBand); taken from the transmit path.
+    #[pin]
+    stale: SpinLockBh<KVec<Gid>>,
     /// Path queries under way (InfiniBand), at most one per held destination; only the
     /// resolve work item and `stop` take the lock.
     #[pin]
@@ -159,6 +163,7 @@ impl Paths {
             held <- new_spinlock_bh!(HeldPackets::new(), "Paths::held"),
             held_count: AtomicUsize::new(0),
             held_ready: AtomicBool::new(false),
+            stale <- new_spinlock_bh!(KVec::new(), "Paths::stale"),
             queries <- new_mutex!(KVec::new(), "Paths::queries"),
             counters,
         }))
@@ -191,12 +196,13 @@ impl Paths {
         let gid = dest.gid();
         match neigh.get(&gid.0, now_ms()) {
             // Not ahead of packets to the same destination that still wait.
-            Some(ah)
+            Some((ah, stale))
                 if self.held_count.load(Ordering::Relaxed) == 0
                     || !self.held.lock().contains(&gid) =>
             {
                 ud.post(skb, dest, ah, dev);
-                false
+                drop(neigh);
+                stale && self.stale.lock().push(gid, GFP_ATOMIC).is_ok()
             }
             Some(_) => {
                 drop(neigh);
@@ -256,7 +262,7 @@ impl Paths {
         let before = held.packets();
         let mut malformed = 0;
         held.release(
-            |gid| neigh.get(gid, now).cloned(),
+            |gid| neigh.handle(gid, now).cloned(),
             |ah, skb| {
                 let mut hdr = [0u8; HWADDR_LEN];
                 let dest = skb
@@ -307,6 +313,19 @@ impl Paths {
         mut multicast: impl FnMut(&Gid),
     ) {
         self.take_answers(device, pd, ud);
+        // Stale handles in use: their paths queried again, the handles used meanwhile.
+        let stale = core::mem::take(&mut *self.stale.lock());
+        for gid in stale.iter() {
+            match &self.resolver.sa {
+                Some(_) if gid.is_multicast() => multicast(gid),
+                Some(sa) => {
+                    if self.ask(sa, gid, owner).is_err() {
+                        bump(&self.counters.path_failures, 1);
+                    }
+                }
+                None => {}
+            }
+        }
         let Ok(wanted) = self.wanted() else {
             // Tried again with the next packet held.
             return;
@@ -453,6 +472,12 @@ impl Paths {
         drop(queue);
     }
 
+    /// Makes every destination's handle stale: its path is queried again when next used,
+    /// the handle used meanwhile (the subnet manager asked ports to register again).
+    pub(crate) fn mark_stale(&self) {
+        self.neigh.lock().mark_stale();
+    }
+
     /// Whether packets wait for a handle.
     pub(crate) fn holds_packets(&self) -> bool {
         self.held_count.load(Ordering::Relaxed) != 0
@@ -474,6 +499,8 @@ impl Paths {
     /// down).
     pub(crate) fn drop_all(&self) {
         self.cancel_queries();
+        let stale = core::mem::take(&mut *self.stale.lock());
+        drop(stale);
         let (dropped, queues) = self.held.lock().take_all();
         self.held_count.store(0, Ordering::Relaxed);
         bump(&self.counters.tx_dropped, dropped as u64);

@@ -1,0 +1,128 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# A subnet manager restart under load, on the InfiniBand fabric (rxe_ib on eth0 of both
+# hosts, opensm on the server), with the C ipoib as the control: in the first round the
+# server runs C and the client ours, in the second the other way round. Both hosts in
+# connected mode at MTU 65520; while the client sends a stream over TCP and the server
+# pings it as fast as answers come, opensm is restarted, which asks every port to register
+# again (a client reregister): a light flush, as C's. The carrier stays on (carrier_changes
+# unchanged), the connected-mode queue pairs stay the same ones, the stream arrives intact
+# and the pings keep being answered. Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and
+# IPOIB_PEER_IP set.
+. "$(dirname "$0")/lib.sh"
+
+ktap_print_header
+two_hosts_roles
+# Per round: 6 checks on the server (it receives and pings), 5 on the client.
+ktap_set_plan $([ "$role" = server ] && echo 12 || echo 10)
+ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
+two_hosts_meet
+trap 'opensm_stop' EXIT
+
+STREAM_PORT=5320 STREAM_MIB=48
+
+[ "$role" = server ] && opensm_start
+wait_for 90 ib_port_is ACTIVE || ktap_exit_fail_msg "$role: port not ACTIVE under opensm"
+
+carrier_changes() { cat /sys/class/net/ib0/carrier_changes; }
+# The local QPNs of the driver's RC queue pairs (its connections), sorted.
+rc_qpns() {
+	rdma res show qp type RC | grep "comm \[$MODULE\]" |
+		sed -n 's/.* lqpn \([0-9]*\) .*/\1/p' | sort -n | paste -sd' '
+}
+
+round() {
+	local drv=$1 n=$2 base=$((7410 + $2 * 20))
+	local who="$role ($drv)" cc0 qps0
+
+	klog_mark
+	up() {
+		if [ "$drv" = rust ]; then modprobe ib_ipoib; else insmod "$C_IPOIB"; fi &&
+			wait_for 10 test -d /sys/class/net/ib0 || return 1
+		echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 &&
+			ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
+			wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP'
+	}
+	ipoib_check "$who: ib0 up in connected mode, MTU 65520, carrier" up
+	both_at $((base + 1))
+	connected() {
+		wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer" || return 1
+		# Both ends' connections up (the peer's pings too) before they are counted.
+		both_at $((base + 2)) || return 1
+		cc0=$(carrier_changes) qps0=$(rc_qpns)
+		echo "carrier_changes $cc0, RC queue pairs: $qps0"
+		[ -n "$qps0" ]
+	}
+	ipoib_check "$who: connections up (60000-byte pings answered)" connected
+	both_at $((base + 3))
+
+	if [ "$role" = server ]; then
+		bulk_receive "$STREAM_PORT" >/tmp/stream.out 2>&1 &
+		local receiver=$!
+		wait_for 10 tcp_listening "$STREAM_PORT"
+		both_at $((base + 4))
+		ping -A -w 40 -q "$ib_peer" >/tmp/flood.out 2>&1 &
+		local flood=$!
+		# The restart, once the stream runs.
+		sleep 2
+		opensm_stop
+		rm -f /tmp/opensm.log
+		opensm_start
+		wait_for 60 grep -q "SUBNET UP" /tmp/opensm.log
+		# The restart must fall within the stream: not all of it arrived once the new SM
+		# is up.
+		local during
+		during=$(stat -c %s "$BULK" 2>/dev/null || echo 0)
+		stream() {
+			wait "$receiver"
+			local rc=$?
+			cat /tmp/stream.out
+			echo "$during bytes of $((STREAM_MIB << 20)) had arrived when the restarted SM was up"
+			[ "$rc" = 0 ] && [ "$during" -lt $((STREAM_MIB << 20)) ]
+		}
+		ipoib_check "$who: $STREAM_MIB MiB over TCP from the peer ($( [ "$drv" = rust ] && echo c || echo rust)) intact across the SM restart" stream
+		flooded() {
+			wait "$flood"
+			cat /tmp/flood.out
+			# Answered throughout: at most a tenth lost.
+			awk '/packets transmitted/ { t = $1; r = $4 }
+				END { exit !(t > 0 && r * 10 >= t * 9) }' /tmp/flood.out
+		}
+		ipoib_check "$who: pings answered across the SM restart (at most a tenth lost)" flooded
+	else
+		both_at $((base + 4))
+		ipoib_check "$who: $STREAM_MIB MiB sent over TCP across the SM restart" \
+			bulk_send "$ib_peer" "$STREAM_PORT" "$STREAM_MIB"
+	fi
+	both_at $((base + 5)) 300
+	unchanged() {
+		local cc qps
+		# Ours says what it was told.
+		if [ "$drv" = rust ]; then
+			klog_since | grep -q "client reregister requested" ||
+				{ echo "no client reregister seen"; return 1; }
+		fi
+		cc=$(carrier_changes) qps=$(rc_qpns)
+		echo "carrier_changes $cc0 -> $cc; RC queue pairs: $qps0 -> $qps"
+		[ "$cc" = "$cc0" ] && [ "$qps" = "$qps0" ]
+	}
+	ipoib_check "$who: the SM restart (client reregister) kept the carrier and the connections" unchanged
+
+	both_at $((base + 6)) 300
+	done_ok() {
+		ip link set ib0 down && rmmod ib_ipoib && ! test -d /sys/class/net/ib0 &&
+			klog_clean_since
+	}
+	ipoib_check "$who: driver unloaded, kernel log clean" done_ok
+}
+
+if [ "$role" = server ]; then
+	round c 1
+	round rust 2
+else
+	round rust 1
+	round c 2
+fi
+both_at 7499
+opensm_stop
+ktap_finished
