@@ -318,6 +318,18 @@ impl<I: ChildInterface> Children<I> {
     pub(crate) fn for_each(&self, f: impl FnMut(&Child<I>)) {
         self.list.lock().children().for_each(f);
     }
+
+    /// The children's net_devices, for what must run without the list's lock (a child
+    /// brought up or down takes its own list's, of the same lock class); under RTNL, which
+    /// keeps children from being added or deleted meanwhile.
+    pub(crate) fn devices(&self, _rtnl: &Rtnl) -> Result<KVec<ARef<NetDevice>>> {
+        let list = self.list.lock();
+        let mut devices = KVec::new();
+        for c in list.children() {
+            devices.push(ARef::from(c.device()), GFP_KERNEL)?;
+        }
+        Ok(devices)
+    }
 }
 
 impl<I: ChildInterface> ChildList<I> {

@@ -514,8 +514,8 @@ impl Interface {
     }
 
     /// Sends `skb`, which starts with the pseudo header (destination hardware address) and
-    /// the encapsulation header that `header_create` pushed: the transmit decision. Unicast
-    /// carries the protocols C carries only; IP and TIPC to a peer that offers connected
+    /// the encapsulation header that `header_create` pushed: the transmit decision. Only
+    /// the protocols C carries go, to a group too; IP and TIPC to a peer that offers connected
     /// mode go over its connection while the interface is in connected mode; everything
     /// else goes as a datagram (ARP too, as in C: an answer must not wait for a
     /// connection), through its destination's address handle, which the packet waits for
@@ -534,23 +534,19 @@ impl Interface {
             bump(&c.tx_dropped, 1);
             return;
         };
-        if !dest.is_multicast() {
-            match encap.protocol() {
-                None => {
-                    bump(&c.tx_dropped, 1);
-                    return;
-                }
-                Some(EtherType::Arp | EtherType::Rarp) => {}
-                Some(_) => {
-                    if let Some(cm) = this
-                        .cm
-                        .as_ref()
-                        .filter(|_| dest.connected_mode() && this.connected())
-                    {
-                        ConnectedMode::xmit(cm.as_arc_borrow(), skb, &dest, dev);
-                        return;
-                    }
-                }
+        // Unicast and multicast alike (as C).
+        let Some(protocol) = encap.protocol() else {
+            bump(&c.tx_dropped, 1);
+            return;
+        };
+        if !dest.is_multicast() && !matches!(protocol, EtherType::Arp | EtherType::Rarp) {
+            if let Some(cm) = this
+                .cm
+                .as_ref()
+                .filter(|_| dest.connected_mode() && this.connected())
+            {
+                ConnectedMode::xmit(cm.as_arc_borrow(), skb, &dest, dev);
+                return;
             }
         }
         let bcast = if dest.gid() == this.broadcast.gid() {

@@ -119,6 +119,22 @@ pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result 
 /// The operations of an IPoIB interface.
 pub(crate) struct IpoibNetdev;
 
+/// Brings the children of `iface` up or down with it (`up`), under RTNL.
+fn follow_parent(iface: &Interface, rtnl: &Rtnl, up: bool) {
+    match iface.children().devices(rtnl) {
+        Ok(children) => {
+            for child in children.iter() {
+                let _ = child.set_up(rtnl, up);
+            }
+        }
+        Err(e) => pr_warn!(
+            "{}: children not brought {} with it ({e:?})\n",
+            iface.log_name,
+            if up { "up" } else { "down" }
+        ),
+    }
+}
+
 #[vtable]
 impl Operations for IpoibNetdev {
     type Data = Arc<Interface>;
@@ -144,7 +160,7 @@ impl Operations for IpoibNetdev {
         }
     }
 
-    fn open(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result {
+    fn open(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, rtnl: &Rtnl) -> Result {
         // The core renames a device only while it is down.
         iface.log_name.update(dev);
         iface.follow_debug_name(dev);
@@ -163,6 +179,9 @@ impl Operations for IpoibNetdev {
             );
         }
         dev.start_queue();
+        // Children come up with their parent (as in C); one that cannot keeps its reason to
+        // itself, as `ip link set` on it would say.
+        follow_parent(&iface, rtnl, true);
         Ok(())
     }
 
@@ -171,10 +190,12 @@ impl Operations for IpoibNetdev {
         iface.role().parent().unwrap_or(dev).ifindex()
     }
 
-    fn stop(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result {
+    fn stop(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, rtnl: &Rtnl) -> Result {
         dev.stop_queue();
         dev.carrier_off();
         iface.stop();
+        // Children go down with their parent (as in C).
+        follow_parent(&iface, rtnl, false);
         Ok(())
     }
 

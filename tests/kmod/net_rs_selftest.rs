@@ -16,6 +16,7 @@ use kernel::{
     net::{
         dev::{self, NetDevice, Operations, Registration, Setup, Stats64, TxResult},
         napi::{Budget, Napi, NapiHandle, Polled},
+        rtnl::Rtnl,
         skb::{Lent, SkBuff},
     },
     new_spinlock_bh,
@@ -69,14 +70,14 @@ impl Operations for TestDevice {
         }
     }
 
-    fn open(dev: &NetDevice, _data: ArcBorrow<'_, Counters>) -> Result {
+    fn open(dev: &NetDevice, _data: ArcBorrow<'_, Counters>, _rtnl: &Rtnl) -> Result {
         dev.start_queue();
         dev.carrier_on();
         pr_info!("{}: open\n", dev.name());
         Ok(())
     }
 
-    fn stop(dev: &NetDevice, _data: ArcBorrow<'_, Counters>) -> Result {
+    fn stop(dev: &NetDevice, _data: ArcBorrow<'_, Counters>, _rtnl: &Rtnl) -> Result {
         dev.stop_queue();
         dev.carrier_off();
         pr_info!("{}: stop\n", dev.name());

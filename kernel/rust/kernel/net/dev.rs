@@ -81,6 +81,25 @@ impl NetDevice {
         to_result(unsafe { bindings::dev_set_mtu(self.as_raw(), mtu) })
     }
 
+    /// Brings the interface up or down as `ip link set NAME up|down` does (C:
+    /// `dev_change_flags`), for a driver whose interfaces follow another's (an IPoIB
+    /// child, its parent). Nothing happens if it is already so; a failure to open it is
+    /// returned.
+    pub fn set_up(&self, _rtnl: &Rtnl, up: bool) -> Result {
+        // SAFETY: The device is valid and RTNL is held, which serialises its flags.
+        let flags = unsafe { bindings::dev_get_flags(self.as_raw()) };
+        let is_up = flags & bindings::net_device_flags_IFF_UP != 0;
+        if is_up == up {
+            return Ok(());
+        }
+        let flags = flags ^ bindings::net_device_flags_IFF_UP;
+        // SAFETY: The device is valid and RTNL is held, as `dev_change_flags` requires; no
+        // extended ack is asked for.
+        to_result(unsafe {
+            bindings::dev_change_flags(self.as_raw(), flags, core::ptr::null_mut())
+        })
+    }
+
     /// Changes the hardware address, as a driver whose address follows its hardware does
     /// (C: `dev_addr_set`, then the `NETDEV_CHANGEADDR` notification, so that neighbours
     /// and listeners learn it). `EINVAL` unless `addr` has the device's address length.
@@ -541,11 +560,19 @@ pub trait Operations: Sized + 'static {
     /// Sets the device's type, sizes and flags before registration.
     fn setup(dev: &mut Setup);
 
-    /// The interface is brought up.
-    fn open(dev: &NetDevice, data: <Self::Data as ForeignOwnable>::Borrowed<'_>) -> Result;
+    /// The interface is brought up, under RTNL.
+    fn open(
+        dev: &NetDevice,
+        data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        rtnl: &Rtnl,
+    ) -> Result;
 
-    /// The interface is brought down.
-    fn stop(dev: &NetDevice, data: <Self::Data as ForeignOwnable>::Borrowed<'_>) -> Result;
+    /// The interface is brought down, under RTNL.
+    fn stop(
+        dev: &NetDevice,
+        data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        rtnl: &Rtnl,
+    ) -> Result;
 
     /// Transmits `skb`, which the driver now owns.
     fn start_xmit(
@@ -906,9 +933,11 @@ impl<T: Operations> Adapter<T> {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
             let (ndev, data) = unsafe { Self::ours(dev) };
+            // SAFETY: The core opens a device under RTNL, held for this call.
+            let rtnl = unsafe { Rtnl::assume_held() };
             // SAFETY: The device is ours, so its NAPI context (if any) is added and disabled.
             unsafe { Self::for_napi(dev, Self::napi_enable) };
-            if let Err(e) = T::open(ndev, data) {
+            if let Err(e) = T::open(ndev, data, rtnl) {
                 // SAFETY: Enabled just above.
                 unsafe { Self::for_napi(dev, Self::napi_disable) };
                 return Err(e);
@@ -981,7 +1010,9 @@ impl<T: Operations> Adapter<T> {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
             let (ndev, data) = unsafe { Self::ours(dev) };
-            let ret = T::stop(ndev, data);
+            // SAFETY: The core stops a device under RTNL, held for this call.
+            let rtnl = unsafe { Rtnl::assume_held() };
+            let ret = T::stop(ndev, data, rtnl);
             // SAFETY: The device is ours and up, so its NAPI context (if any) is enabled; the
             // core ignores a failing stop, so disable it whatever `stop` returned.
             unsafe { Self::for_napi(dev, Self::napi_disable) };

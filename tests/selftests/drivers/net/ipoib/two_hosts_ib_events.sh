@@ -7,19 +7,20 @@
 # pings it as fast as answers come, opensm is restarted, which asks every port to register
 # again (a client reregister): a light flush, as C's. The carrier stays on (carrier_changes
 # unchanged), the connected-mode queue pairs stay the same ones, the stream arrives intact
-# and the pings keep being answered. Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and
+# and the pings keep being answered. Then a child on 0x8001 follows its parent down and up.
+# Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and
 # IPOIB_PEER_IP set.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
 two_hosts_roles
-# Per round: 6 checks on the server (it receives and pings), 5 on the client.
-ktap_set_plan $([ "$role" = server ] && echo 12 || echo 10)
+# Per round: 7 checks on the server (it receives and pings), 6 on the client.
+ktap_set_plan $([ "$role" = server ] && echo 14 || echo 12)
 ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
 two_hosts_meet
 trap 'opensm_stop' EXIT
 
-STREAM_PORT=5320 STREAM_MIB=48
+STREAM_PORT=5320 STREAM_MIB=96
 
 [ "$role" = server ] && opensm_start
 wait_for 90 ib_port_is ACTIVE || ktap_exit_fail_msg "$role: port not ACTIVE under opensm"
@@ -64,7 +65,7 @@ round() {
 		ping -A -w 40 -q "$ib_peer" >/tmp/flood.out 2>&1 &
 		local flood=$!
 		# The restart, once the stream runs.
-		sleep 2
+		wait_for 30 eval '[ "$(stat -c %s "$BULK" 2>/dev/null || echo 0)" -gt 0 ]'
 		opensm_stop
 		rm -f /tmp/opensm.log
 		opensm_start
@@ -78,7 +79,7 @@ round() {
 			local rc=$?
 			cat /tmp/stream.out
 			echo "$during bytes of $((STREAM_MIB << 20)) had arrived when the restarted SM was up"
-			[ "$rc" = 0 ] && [ "$during" -lt $((STREAM_MIB << 20)) ]
+			[ "$rc" = 0 ] && [ "$during" -gt 0 ] && [ "$during" -lt $((STREAM_MIB << 20)) ]
 		}
 		ipoib_check "$who: $STREAM_MIB MiB over TCP from the peer ($( [ "$drv" = rust ] && echo c || echo rust)) intact across the SM restart" stream
 		flooded() {
@@ -90,6 +91,7 @@ round() {
 		}
 		ipoib_check "$who: pings answered across the SM restart (at most a tenth lost)" flooded
 	else
+		bulk_make "$STREAM_MIB"
 		both_at $((base + 4))
 		ipoib_check "$who: $STREAM_MIB MiB sent over TCP across the SM restart" \
 			bulk_send "$ib_peer" "$STREAM_PORT" "$STREAM_MIB"
@@ -109,20 +111,29 @@ round() {
 	ipoib_check "$who: the SM restart (client reregister) kept the carrier and the connections" unchanged
 
 	both_at $((base + 6)) 300
+	is_up() { ip link show "$1" | grep -q "[<,]UP[,>]"; }
+	children_follow() {
+		ip link add link ib0 name ib0.8001 type ipoib pkey 0x8001 &&
+			ip link set ib0.8001 up && wait_for 60 eval 'ip link show ib0.8001 | grep -q LOWER_UP' ||
+			return 1
+		ip link set ib0 down || return 1
+		is_up ib0.8001 && { echo "ib0.8001 still up with ib0 down"; ip link show ib0.8001; return 1; }
+		ip link set ib0 up || return 1
+		is_up ib0.8001 || { echo "ib0.8001 not up again with ib0"; ip link show ib0.8001; return 1; }
+		wait_for 60 eval 'ip link show ib0.8001 | grep -q LOWER_UP' ||
+			{ echo "ib0.8001 without carrier"; return 1; }
+		ip link show ib0.8001
+	}
+	ipoib_check "$who: a child goes down and comes up with its parent" children_follow
+
+	both_at $((base + 7)) 300
 	done_ok() {
+		ip link del ib0.8001 2>/dev/null
 		ip link set ib0 down && rmmod ib_ipoib && ! test -d /sys/class/net/ib0 &&
 			klog_clean_since
 	}
 	ipoib_check "$who: driver unloaded, kernel log clean" done_ok
 }
 
-if [ "$role" = server ]; then
-	round c 1
-	round rust 2
-else
-	round rust 1
-	round c 2
-fi
-both_at 7499
-opensm_stop
+ib_rounds 7499
 ktap_finished

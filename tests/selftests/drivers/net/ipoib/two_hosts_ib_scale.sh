@@ -46,6 +46,15 @@ groups_in_mcg() {
 		END { print n + 0 }' "$DBG/ib0_mcg"
 }
 
+# mcg_reaches KIND N SECONDS: waits until ib0_mcg lists at least N of the test's groups as
+# KIND; says how many it lists.
+mcg_reaches() {
+	wait_for "$3" eval '[ "$(groups_in_mcg "$1")" -ge "$2" ]'
+	local rc=$?
+	echo "$(groups_in_mcg "$1") groups in ib0_mcg as $1"
+	return $rc
+}
+
 round() {
 	local drv=$1 n=$2 base=$((7310 + $2 * 20)) peer_drv
 	local who="$role ($drv)"
@@ -71,27 +80,27 @@ round() {
 		./mcast_udp count ib0 "$FIRST" "$GROUPS_N" "$MC_PORT" 1200 >/tmp/count.out 2>&1 &
 		local counter=$!
 		joined() {
-			wait_for 300 eval '[ "$(groups_in_mcg joined)" -ge $GROUPS_N ]' || {
-				echo "joined: $(groups_in_mcg joined); $(cat /tmp/count.out)"
-				return 1
-			}
-			echo "$(head -n 1 /tmp/count.out); $(groups_in_mcg joined) complete in ib0_mcg"
+			mcg_reaches joined "$GROUPS_N" 300
+			local rc=$?
+			cat /tmp/count.out
+			return $rc
 		}
 		ipoib_check "$who: $GROUPS_N IPv4 groups joined" joined
 		both_at $((base + 2)) 600
-		# The client's first sending.
+		# received PORT NTH: once the client is done sending (a rendezvous on PORT), its
+		# NTH sending counted: every group received at least one datagram.
 		received() {
 			local line
-			both_at $((base + 3)) 600 || return 1
+			both_at "$1" 600 || return 1
 			sleep 3
 			kill -USR1 "$counter"
-			wait_for 10 grep -q "^groups" /tmp/count.out || return 1
+			wait_for 10 eval '[ "$(grep -c "^groups" /tmp/count.out)" -ge $2 ]' || return 1
 			line=$(grep "^groups" /tmp/count.out | tail -n 1)
-			echo "from the client ($peer_drv): $line"
+			echo "from the client ($peer_drv), sending $2: $line"
 			[ "$(echo "$line" | awk '{ print $2 }')" = "$GROUPS_N" ]
 		}
 		ipoib_check "$who: every one of the $GROUPS_N groups received datagrams from the peer ($peer_drv) sending to them unjoined" \
-			received
+			received $((base + 3)) 1
 		# The second sending, after the client's send-only groups aged out; once it is
 		# over, while its packets may still wait for joins, the client's address is
 		# resolved again and a TCP connection made to it.
@@ -105,18 +114,8 @@ round() {
 				{ echo "no TCP connection"; return 1; }
 		}
 		ipoib_check "$who: the peer ($peer_drv) resolved and reached over TCP while it joins $GROUPS_N groups anew" reach
-		received_again() {
-			local line
-			both_at $((base + 6)) 600 || return 1
-			sleep 3
-			kill -USR1 "$counter"
-			wait_for 10 eval '[ "$(grep -c "^groups" /tmp/count.out)" -ge 2 ]' || return 1
-			line=$(grep "^groups" /tmp/count.out | tail -n 1)
-			echo "from the client ($peer_drv) again: $line"
-			[ "$(echo "$line" | awk '{ print $2 }')" = "$GROUPS_N" ]
-		}
 		ipoib_check "$who: every group received again once the peer's ($peer_drv) send-only joins had aged out" \
-			received_again
+			received $((base + 6)) 2
 		kill "$counter" 2>/dev/null
 		wait "$counter" 2>/dev/null
 		# The groups left before the next round's driver joins its own.
@@ -124,12 +123,8 @@ round() {
 	else
 		both_at $((base + 2)) 600
 		sent() {
-			./mcast_udp sendmany ib0 "$FIRST" "$GROUPS_N" "$MC_PORT" 3 2000 || return 1
-			wait_for 120 eval '[ "$(groups_in_mcg send_only_joined)" -ge $GROUPS_N ]' || {
-				echo "send-only groups joined in ib0_mcg: $(groups_in_mcg send_only_joined)"
-				return 1
-			}
-			echo "$(groups_in_mcg send_only_joined) send-only groups joined in ib0_mcg"
+			./mcast_udp sendmany ib0 "$FIRST" "$GROUPS_N" "$MC_PORT" 3 2000 &&
+				mcg_reaches send_only_joined "$GROUPS_N" 120
 		}
 		ipoib_check "$who: 3 datagrams sent to each of $GROUPS_N groups not joined, each a send-only group" sent
 		both_at $((base + 3)) 600
@@ -150,11 +145,7 @@ round() {
 			./mcast_udp sendmany ib0 "$FIRST" "$GROUPS_N" "$MC_PORT" 3 2000
 		both_at $((base + 5)) 600
 		rejoined() {
-			wait_for 120 eval '[ "$(groups_in_mcg send_only_joined)" -ge $GROUPS_N ]' || {
-				echo "send-only groups joined in ib0_mcg: $(groups_in_mcg send_only_joined)"
-				return 1
-			}
-			echo "$(groups_in_mcg send_only_joined) send-only groups joined in ib0_mcg"
+			mcg_reaches send_only_joined "$GROUPS_N" 120 || return 1
 			wait_for 60 grep -q hello /tmp/tcp.out || { echo "the server's TCP connection never came"; return 1; }
 		}
 		ipoib_check "$who: each group joined anew; the server's TCP connection accepted meanwhile" rejoined
@@ -174,13 +165,5 @@ round() {
 	ipoib_check "$who: driver unloaded, kernel log clean" done_ok
 }
 
-if [ "$role" = server ]; then
-	round c 1
-	round rust 2
-else
-	round rust 1
-	round c 2
-fi
-both_at 7399
-opensm_stop
+ib_rounds 7399
 ktap_finished
