@@ -27,7 +27,13 @@ case "$FLAVOUR" in
 debug) SLOW=4 ;;
 *) SLOW=1 ;;
 esac
-VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-$((900 * SLOW))}
+# The InfiniBand fabric's programs run longest (two drivers in turn, SM restarts, 1000
+# groups): about 20 minutes on the default kernel.
+case "$topology" in
+two-hosts-ib) base_timeout=1800 ;;
+*) base_timeout=900 ;;
+esac
+VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-$((base_timeout * SLOW))}
 run=${IPOIB_RS_RUN:-$(date +%Y%m%d-%H%M%S)-$topology}
 logs=$OUT/logs/$run
 mkdir -p "$logs"
