@@ -49,7 +49,7 @@ groups_in_mcg() {
 # mcg_reaches KIND N SECONDS: waits until ib0_mcg lists at least N of the test's groups as
 # KIND; says how many it lists.
 mcg_reaches() {
-	wait_for "$3" eval '[ "$(groups_in_mcg "$1")" -ge "$2" ]'
+	wait_for "$3" eval "[ \"\$(groups_in_mcg $1)\" -ge $2 ]"
 	local rc=$?
 	echo "$(groups_in_mcg "$1") groups in ib0_mcg as $1"
 	return $rc
@@ -94,7 +94,7 @@ round() {
 			both_at "$1" 600 || return 1
 			sleep 3
 			kill -USR1 "$counter"
-			wait_for 10 eval '[ "$(grep -c "^groups" /tmp/count.out)" -ge $2 ]' || return 1
+			wait_for 10 eval "[ \"\$(grep -c '^groups' /tmp/count.out)\" -ge $2 ]" || return 1
 			line=$(grep "^groups" /tmp/count.out | tail -n 1)
 			echo "from the client ($peer_drv), sending $2: $line"
 			[ "$(echo "$line" | awk '{ print $2 }')" = "$GROUPS_N" ]
