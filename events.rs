@@ -18,6 +18,7 @@
 //! alone, none.
 
 use crate::{
+    flush::{Flush, Pending},
     interface::{
         Interface, MCAST_WORK, NEIGH_GC_WORK, PORT_WORK, RESOLVE_WORK, RTNL_WORK, STALL_WORK,
         TX_TIMEOUT_MS,
@@ -27,7 +28,6 @@ use crate::{
     stats::{bump, now_ms},
     wire::{Gid, ENCAP_HEADER_LEN},
 };
-use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{
     net::{dev::NetDevice, neigh::arp_gc_interval_ms},
     prelude::*,
@@ -36,66 +36,6 @@ use kernel::{
     time::msecs_to_jiffies,
     workqueue::{self, WorkItem},
 };
-
-/// How deep a flush a port event asks for (C: `enum ipoib_flush_level`), one bit each.
-#[derive(Clone, Copy)]
-pub(crate) enum Flush {
-    /// Groups joined again, paths queried again as they are used; carrier and connections
-    /// kept.
-    Light = 1,
-    /// Paths and their connections forgotten, groups left and joined again, the carrier
-    /// off meanwhile.
-    Normal = 2,
-    /// A normal flush if the interface's P_Key moved in the table or left it.
-    Heavy = 4,
-}
-
-impl Flush {
-    /// The flush InfiniBand's `event` asks for, if any.
-    fn for_event(event: &AsyncEvent) -> Option<Self> {
-        match event {
-            AsyncEvent::ClientReregister(_) | AsyncEvent::GidChange(_) => Some(Self::Light),
-            AsyncEvent::PortActive(_) | AsyncEvent::PortError(_) | AsyncEvent::LidChange(_) => {
-                Some(Self::Normal)
-            }
-            AsyncEvent::PkeyChange(_) => Some(Self::Heavy),
-            // A new SM alone changes nothing of ours (as in C).
-            _ => None,
-        }
-    }
-}
-
-/// The flushes asked for and not yet done by the port work item, as [`Flush`] bits.
-pub(crate) struct PendingFlushes(AtomicU8);
-
-impl PendingFlushes {
-    pub(crate) fn new() -> Self {
-        Self(AtomicU8::new(0))
-    }
-
-    fn ask(&self, flush: Flush) {
-        self.0.fetch_or(flush as u8, Ordering::Relaxed);
-    }
-
-    /// Takes the flushes asked for: whether each of light, normal and heavy was.
-    fn take(&self) -> Pending {
-        let bits = self.0.swap(0, Ordering::Relaxed);
-        let has = |f: Flush| bits & f as u8 != 0;
-        Pending {
-            light: has(Flush::Light),
-            normal: has(Flush::Normal),
-            heavy: has(Flush::Heavy),
-        }
-    }
-}
-
-/// The flushes taken from [`PendingFlushes`].
-#[derive(Clone, Copy)]
-struct Pending {
-    light: bool,
-    normal: bool,
-    heavy: bool,
-}
 
 impl Interface {
     /// Applies a port event to a port's own interface, whose net_device is `dev`, and to

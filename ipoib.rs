@@ -38,6 +38,7 @@ mod debugfs;
 mod ethtool;
 mod events;
 mod fabric;
+mod flush;
 mod held;
 mod interface;
 mod ipoib_cm;
