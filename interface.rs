@@ -87,6 +87,8 @@ pub(crate) const RTNL_WORK: u64 = 6;
 pub(crate) struct PortFacts {
     active: bool,
     active_mtu: Mtu,
+    /// The largest MTU the port supports: bounds what datagram mode may be asked for.
+    max_mtu: Mtu,
     gid: wire::Gid,
     speed_mbps: u32,
     lid: u16,
@@ -96,9 +98,11 @@ impl PortFacts {
     /// Queries `port` of `device` (process context, without RTNL).
     pub(crate) fn query(device: &Device, port: u32) -> Result<Self> {
         let attr = device.port_attr(port)?;
+        let active_mtu = attr.active_mtu().ok_or(ENODEV)?;
         Ok(Self {
             active: attr.state() == PortState::Active,
-            active_mtu: attr.active_mtu().ok_or(ENODEV)?,
+            active_mtu,
+            max_mtu: attr.max_mtu().map_or(active_mtu, |max| max.max(active_mtu)),
             gid: wire::Gid(device.query_gid(port, GID_INDEX)?.0),
             speed_mbps: attr.speed_mbps(),
             lid: attr.lid() as u16,
@@ -134,6 +138,10 @@ pub(crate) struct Interface {
     /// header): the interface's first MTU. The datapath's may be lower (the broadcast
     /// group's).
     pub(crate) mtu: u32,
+    /// Largest MTU datagram mode may be asked for (the port's largest IB MTU less the
+    /// encapsulation header, as C's `IPOIB_UD_MTU(max_ib_mtu)`): the interface runs at the
+    /// smaller of it and what its datagrams carry.
+    max_ud_mtu: u32,
     /// Sends in flight at most.
     pub(crate) send_ring: u32,
     /// Our hardware address as made: flags, UD QPN, and the GID of then ([`Interface::local`]
@@ -361,6 +369,7 @@ impl Interface {
                 role,
                 children <- Children::new(maker),
                 mtu,
+                max_ud_mtu: facts.max_mtu.bytes() - ENCAP_HEADER_LEN as u32,
                 send_ring,
                 address,
                 gid,
@@ -634,7 +643,9 @@ impl Interface {
         }
         if let Some(mtu) = rec.mtu() {
             self.ud.limit_mtu(mtu.bytes() - ENCAP_HEADER_LEN as u32);
-            if self.ud.mtu() < self.mtu {
+            // In datagram mode the interface's MTU follows the group's, down or (up to what
+            // was asked for) up.
+            if !self.connected() {
                 let _ = workqueue::system().enqueue::<_, RTNL_WORK>(self.clone());
             }
         }
@@ -702,7 +713,13 @@ impl Interface {
             );
             return Err(EINVAL);
         };
-        cm.switch(dev, rtnl, connected, self.ud.mtu())
+        cm.switch(dev, rtnl, connected, self.ud.netdev_mtu())?;
+        if !connected {
+            // Back in datagram mode at the MTU the interface now has (C: the smaller of
+            // the group's and the one it had), which later joins of the group keep.
+            self.ud.set_admin_mtu(dev.mtu());
+        }
+        Ok(())
     }
 
     /// The largest MTU the interface takes in its current mode.
@@ -710,8 +727,28 @@ impl Interface {
         if self.connected() {
             CM_MTU
         } else {
-            self.ud.mtu()
+            self.max_ud_mtu.max(self.ud.mtu())
         }
+    }
+
+    /// Takes `asked` as the interface's MTU (already within [`Interface::max_mtu`]) and
+    /// returns the MTU it runs at: in connected mode what was asked; in datagram mode at
+    /// most what datagrams carry (the broadcast group's), the rest kept for when the group
+    /// allows it, as C keeps its `admin_mtu`.
+    pub(crate) fn admit_mtu(&self, dev: &NetDevice, asked: u32) -> u32 {
+        if self.connected() {
+            return asked;
+        }
+        let mtu = self.ud.set_admin_mtu(asked);
+        if mtu < asked {
+            pr_info!(
+                "{}: MTU {} asked for, {} until the broadcast group carries more\n",
+                dev.name(),
+                asked,
+                mtu
+            );
+        }
+        mtu
     }
 
     /// Brings the net_device in line with the fabric (the RTNL work item; C does both from
@@ -722,10 +759,14 @@ impl Interface {
             return;
         };
         let rtnl = RtnlGuard::lock();
-        let mtu = self.ud.mtu();
-        if !self.connected() && dev.mtu() > mtu {
+        let mtu = self.ud.netdev_mtu();
+        if !self.connected() && dev.mtu() != mtu {
             match dev.set_mtu(&rtnl, mtu) {
-                Ok(()) => pr_info!("{}: MTU {} (the broadcast group's)\n", dev.name(), mtu),
+                Ok(()) => pr_info!(
+                    "{}: MTU {} (the broadcast group's)\n",
+                    dev.name(),
+                    dev.mtu()
+                ),
                 Err(e) => pr_warn!("{}: MTU {} not set ({:?})\n", dev.name(), mtu, e),
             }
         }
@@ -747,7 +788,7 @@ impl Interface {
         if self.cm.is_some() {
             CM_MTU
         } else {
-            self.mtu
+            self.mtu.max(self.max_ud_mtu)
         }
     }
 

@@ -72,6 +72,7 @@ module! {
     author: "ipoib-rs developers",
     description: "IP over InfiniBand, in Rust",
     license: "GPL",
+    alias: ["rtnl-link-ipoib"],
 }
 
 struct IpoibModule {

@@ -99,6 +99,9 @@ pub(crate) struct UdDatapath {
     /// until joined): read together, so that two writers cannot leave a stale minimum.
     port_mtu: AtomicU32,
     group_mtu: AtomicU32,
+    /// The MTU asked for in datagram mode when above what datagrams carry (C's
+    /// `admin_mtu`), 0 when the interface follows the fabric's.
+    admin_mtu: AtomicU32,
     recv_ring: u32,
     gid: Arc<LocalGid>,
     /// Our LID (InfiniBand; 0 on RoCE), changed by port events.
@@ -198,6 +201,7 @@ impl UdDatapath {
                 readied: PartitionIndex::new(index),
                 port_mtu: AtomicU32::new(mtu),
                 group_mtu: AtomicU32::new(u32::MAX),
+                admin_mtu: AtomicU32::new(0),
                 recv_ring,
                 gid,
                 lid: AtomicU32::new(u32::from(lid)),
@@ -239,6 +243,11 @@ impl UdDatapath {
     /// port's.
     pub(crate) fn limit_mtu(&self, mtu: u32) {
         let old = self.mtu();
+        // An MTU asked for that the group gave exactly follows the group from now on (C:
+        // the admin MTU follows the group's when they are equal).
+        let _ = self
+            .admin_mtu
+            .compare_exchange(old, 0, Ordering::Relaxed, Ordering::Relaxed);
         self.group_mtu.store(mtu, Ordering::Relaxed);
         let port = self.port_mtu.load(Ordering::Relaxed);
         if self.mtu() < old && mtu < port {
@@ -265,6 +274,24 @@ impl UdDatapath {
         self.port_mtu
             .load(Ordering::Relaxed)
             .min(self.group_mtu.load(Ordering::Relaxed))
+    }
+
+    /// Takes `asked` as the interface's datagram-mode MTU; returns the MTU it runs at now:
+    /// at most what datagrams carry.
+    pub(crate) fn set_admin_mtu(&self, asked: u32) -> u32 {
+        let carried = self.mtu();
+        let admin = if asked == carried { 0 } else { asked };
+        self.admin_mtu.store(admin, Ordering::Relaxed);
+        asked.min(carried)
+    }
+
+    /// The MTU the interface runs at in datagram mode: what datagrams carry, or less if
+    /// less was asked for.
+    pub(crate) fn netdev_mtu(&self) -> u32 {
+        match self.admin_mtu.load(Ordering::Relaxed) {
+            0 => self.mtu(),
+            admin => admin.min(self.mtu()),
+        }
     }
 
     /// Records our LID after a port event.

@@ -224,11 +224,11 @@ impl Operations for IpoibNetdev {
         Interface::tx_timeout(iface, dev);
     }
 
-    fn change_mtu(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, new_mtu: u32) -> Result {
+    fn change_mtu(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, new_mtu: u32) -> Result<u32> {
         if new_mtu < MIN_MTU || new_mtu > iface.max_mtu() {
             return Err(EINVAL);
         }
-        Ok(())
+        Ok(iface.admit_mtu(dev, new_mtu))
     }
 
     fn napi_poll(

@@ -152,12 +152,21 @@ impl Operations for TestDevice {
         }
     }
 
-    fn change_mtu(dev: &NetDevice, _data: ArcBorrow<'_, Counters>, new_mtu: u32) -> Result {
+    /// Odd MTUs are refused; above 8000 the device runs at 8000 (as a link whose fabric
+    /// carries less than was asked for).
+    fn change_mtu(dev: &NetDevice, _data: ArcBorrow<'_, Counters>, new_mtu: u32) -> Result<u32> {
         if new_mtu % 2 == 1 {
             return Err(EINVAL);
         }
-        pr_info!("{}: MTU {} -> {}\n", dev.name(), dev.mtu(), new_mtu);
-        Ok(())
+        let mtu = new_mtu.min(8000);
+        pr_info!(
+            "{}: MTU {} -> {} ({} asked)\n",
+            dev.name(),
+            dev.mtu(),
+            mtu,
+            new_mtu
+        );
+        Ok(mtu)
     }
 
     fn get_stats64(_dev: &NetDevice, data: ArcBorrow<'_, Counters>, stats: &mut Stats64) {

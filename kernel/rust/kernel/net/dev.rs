@@ -595,12 +595,14 @@ pub trait Operations: Sized + 'static {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
-    /// Checks a new MTU (already within the device's range); the core sets it on `Ok`.
+    /// Takes a new MTU (already within the device's range): returns the MTU the device runs
+    /// at, which may be lower than the one asked for (a link whose fabric carries less for
+    /// now), never higher.
     fn change_mtu(
         _dev: &NetDevice,
         _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
         _new_mtu: u32,
-    ) -> Result {
+    ) -> Result<u32> {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
@@ -1047,8 +1049,8 @@ impl<T: Operations> Adapter<T> {
         from_result(|| {
             // SAFETY: The core passes a valid registered device of ours.
             let (ndev, data) = unsafe { Self::ours(dev) };
-            let mtu = u32::try_from(new_mtu).map_err(|_| EINVAL)?;
-            T::change_mtu(ndev, data, mtu)?;
+            let asked = u32::try_from(new_mtu).map_err(|_| EINVAL)?;
+            let mtu = T::change_mtu(ndev, data, asked)?.min(asked);
             // SAFETY: The device is valid; no reference to its MTU is made, since lockless
             // readers read it meanwhile.
             let field = unsafe { core::ptr::addr_of_mut!((*dev).mtu) };

@@ -394,6 +394,11 @@ PARTITIONS
 		-s 2 -t 1000 --retries 7 "$@" </dev/null >/tmp/opensm.out 2>&1 3>&- 4>&- &
 	OPENSM_PID=$!
 }
+# load_driver rust|c: our module or the C ipoib loaded, ib0 there.
+load_driver() {
+	if [ "$1" = rust ]; then modprobe "$MODULE"; else insmod "$C_IPOIB"; fi &&
+		wait_for 10 test -d /sys/class/net/ib0
+}
 opensm_stop() {
 	[ -n "${OPENSM_PID:-}" ] || return 0
 	kill "$OPENSM_PID" 2>/dev/null

@@ -13,7 +13,7 @@ if ! modinfo "$SELFTEST" >/dev/null 2>&1; then
 	ktap_skip_all "module $SELFTEST not built (CONFIG_INFINIBAND_IPOIB_RS_VERBS_SELFTEST)"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 8
+ktap_set_plan 9
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -44,6 +44,7 @@ transmit() {
 		[ "$(cat $s/tx_dropped)" = 0 ]
 }
 ipoib_check "5 pings built by header_ops, transmitted, looped back through NAPI (copied into skbs of Napi::alloc_skb), counted" transmit
+ipoib_check "MTU 8800 accepted, run at 8000 as the driver says" eval 'ip link set "$DEV" mtu 8800 && [ "$(cat /sys/class/net/$DEV/mtu)" = 8000 ]'
 ipoib_check "MTU 4000 accepted" eval 'ip link set "$DEV" mtu 4000 && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]'
 mtu_refused() {
 	! ip link set "$DEV" mtu 4001 2>/dev/null && ! ip link set "$DEV" mtu 9002 2>/dev/null &&

@@ -96,13 +96,9 @@ measure() {
 		}'
 }
 
-load() { # load DRIVER
-	if [ "$1" = rust ]; then modprobe "$MODULE"; else insmod "$C_IPOIB"; fi &&
-		wait_for 10 test -d /sys/class/net/ib0
-}
 # up DRIVER MODE: ib0 of DRIVER up in MODE (at MTU 65520 in connected mode), with carrier.
 up() {
-	load "$1" && echo "$2" >/sys/class/net/ib0/mode || return 1
+	load_driver "$1" && echo "$2" >/sys/class/net/ib0/mode || return 1
 	[ "$2" = connected ] && { ip link set ib0 mtu 65520 || return 1; }
 	ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
 		wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP'
