@@ -39,6 +39,20 @@
 # (tracefs events: sends and receives on ib0 and eth0, rxe's tasks, NAPI rounds) and split
 # into where a transaction's time goes, written to bench/results/vs-c-trace.txt. With
 # IPOIB_RS_PRELUDE_SECS=N, each profiled or traced run follows an N-second TCP_MAERTS.
+#        scripts/bench.sh --cost [--from LOGDIR]
+# --cost: the guest instructions a fixed amount of work costs, ours against the C ipoib on
+# the InfiniBand fabric (two_hosts_ib_cost.sh), counted by a QEMU TCG plugin
+# (bench/cost-plugin, built with cargo on first use) and so independent of the machine's
+# load: per run (IPOIB_RS_BENCH_RUNS), each driver in datagram mode at IB MTU 2048 (ib0) and
+# 4096 (a child on a partition of IB MTU 4096) and in connected mode (MTU 65520), on a fabric
+# at Ethernet MTU 9000: UDP datagrams of the MTU (IPOIB_RS_COST_UDP, default 2000), a TCP
+# stream of IPOIB_RS_COST_KB KiB (16384) and IPOIB_RS_COST_RR TCP_RR transactions (2000).
+# Each guest's counts go to the run's LOGDIR/host*.cost. Prints, per driver, mode, test and host,
+# the instructions per packet (per KiB, per transaction) in the driver's module, in rxe, in
+# the rest of the kernel, in user space and in all, with the spread over the runs, and the
+# Rust/C ratios; writes bench/results/cost.json (keys cost_<driver>_<mode>_<test>_<host>_<part>
+# and cost_rust_to_c_<mode>_<test>_<host>_<part>, with the commit measured), its table to
+# bench/results/cost.md and the functions that cost most to bench/results/cost-symbols.txt.
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
@@ -64,14 +78,18 @@ run_guests() {
 	logs=$OUT/logs/$run
 }
 
-# demangled_prof LOGDIR [KIND]: the PROF (or KIND) lines of both guests' results, with Rust
-# names made readable by rustfilt (installed on first use).
-demangled_prof() {
+# ensure_rustfilt: rustfilt, which makes Rust names readable (installed on first use).
+ensure_rustfilt() {
 	if ! "$TOOLS/bin/rustfilt" --version >/dev/null 2>&1; then
 		log "cargo install rustfilt $RUSTFILT_VERSION"
 		cargo +"$RUST_VERSION" install --locked --quiet --root "$TOOLS" \
 			rustfilt --version "$RUSTFILT_VERSION" || log "no rustfilt: Rust names stay mangled"
 	fi
+}
+# demangled_prof LOGDIR [KIND]: the PROF (or KIND) lines of both guests' results, with Rust
+# names made readable by rustfilt.
+demangled_prof() {
+	ensure_rustfilt
 	grep -ah "^# ${2:-PROF} " "$1"/host*.results | sed 's/^# //' |
 		if [ -x "$TOOLS/bin/rustfilt" ]; then "$TOOLS/bin/rustfilt"; else cat; fi
 }
@@ -92,6 +110,28 @@ print_prof() {
 	done
 }
 
+if [ "${1:-}" = --cost ]; then
+	if [ "${2:-}" = --from ]; then
+		logs=${3:?usage: bench.sh --cost --from LOGDIR}
+	else
+		log "building the cost plugin (bench/cost-plugin)"
+		cargo +"$RUST_VERSION" build --release --locked --quiet \
+			--manifest-path "$REPO/bench/cost-plugin/Cargo.toml" --target-dir "$CACHE/cost-plugin"
+		export IPOIB_RS_QEMU_PLUGIN=$CACHE/cost-plugin/release/libipoib_cost.so
+		run_guests cost two-hosts-ib two_hosts_ib_cost.sh 3000 \
+			"ipoibrs.costruns=$runs ipoibrs.costudp=${IPOIB_RS_COST_UDP:-2000} ipoibrs.costkb=${IPOIB_RS_COST_KB:-16384} ipoibrs.costrr=${IPOIB_RS_COST_RR:-2000}"
+	fi
+	ensure_rustfilt
+	mkdir -p "$dest"
+	python3 "$REPO/scripts/cost-report.py" --logs "$logs" --build "$KBUILD" \
+		--rust-ko "$(find "$OUT/$FLAVOUR/modroot" -name ib_ipoib.ko | head -n 1)" \
+		--c-ko "$OUT/$FLAVOUR/ipoib-c.ko" --json "$dest/cost.json" --markdown "$dest/cost.md" \
+		--symbols "$dest/cost-symbols.txt" --rustfilt "$TOOLS/bin/rustfilt" \
+		--commit "$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD || echo +)" \
+		--flavour "$IPOIB_RS_FLAVOUR" || rc=1
+	echo "logs: $logs"
+	exit $rc
+fi
 if [ "${1:-}" = --scaling ]; then
 	if [ "${2:-}" = --from ]; then
 		logs=${3:?usage: bench.sh --scaling --from LOGDIR}

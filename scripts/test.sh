@@ -59,6 +59,20 @@ if [ "$bench_rc" -ne 0 ] && ! grep -q "^not ok - " <<<"$bench_out"; then
 	failed=$((failed + 1))
 fi
 
+# The cost benchmark's plugin builds, and its report places made-up counts at real addresses
+# of the kernel and modules just built as it should.
+cost_out=$("$REPO/tests/bench/cost_report.sh" "$KBUILD" \
+	"$(find "$OUT/$FLAVOUR/modroot" -name ib_ipoib.ko | head -n 1)" "$OUT/$FLAVOUR/ipoib-c.ko" \
+	"$CACHE/cost-plugin" 2>&1)
+cost_rc=$?
+echo "$cost_out"
+passed=$((passed + $(grep -c "^ok - " <<<"$cost_out")))
+failed=$((failed + $(grep -c "^not ok - " <<<"$cost_out")))
+if [ "$cost_rc" -ne 0 ] && ! grep -q "^not ok - " <<<"$cost_out"; then
+	echo "not ok - cost: tests/bench/cost_report.sh failed (exit $cost_rc) without saying what"
+	failed=$((failed + 1))
+fi
+
 # The wire parsers fuzzed for a bounded time (libFuzzer through cargo fuzz; the stable
 # toolchain is let use the sanitizer flags). A crash input is kept as a regression test.
 fuzz_secs=${IPOIB_RS_FUZZ_SECS:-30}
@@ -117,4 +131,14 @@ for topology in one-host two-hosts two-hosts-ib; do
 		failed=$((failed + 1))
 	fi
 done
+# The cost benchmark's QEMU plugin in a guest: what it counts between the marks.
+plugin_out=$("$REPO/tests/bench/cost_plugin.sh" "$CACHE/cost-plugin" 2>&1)
+plugin_rc=$?
+echo "$plugin_out" | grep -v "^\[ipoib-rs\]"
+passed=$((passed + $(grep -c "^ok - " <<<"$plugin_out")))
+failed=$((failed + $(grep -c "^not ok - " <<<"$plugin_out")))
+if [ "$plugin_rc" -ne 0 ] && ! grep -q "^not ok - " <<<"$plugin_out"; then
+	echo "not ok - cost plugin: tests/bench/cost_plugin.sh failed (exit $plugin_rc) without saying what"
+	failed=$((failed + 1))
+fi
 finish

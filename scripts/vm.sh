@@ -59,6 +59,11 @@ start_guest() {
 	case "$extra " in
 	*"ipoibrs.progs= "*) die "no programs for $topology: the Makefile's TEST_PROGS could not be read" ;;
 	esac
+	# The cost benchmark's plugin (IPOIB_RS_QEMU_PLUGIN, set by bench.sh --cost) counts the
+	# guest's instructions into $logs/$name.cost.
+	local plugin=()
+	[ -n "${IPOIB_RS_QEMU_PLUGIN:-}" ] &&
+		plugin=(-plugin "$IPOIB_RS_QEMU_PLUGIN,outfile=$logs/$name.cost")
 	timeout --signal=KILL "$VM_TIMEOUT" qemu-system-x86_64 \
 		-accel tcg -m 2G -smp 2 -nodefaults -display none -no-reboot \
 		-kernel "$dest/bzImage" -initrd "$dest/initramfs.cpio" \
@@ -66,7 +71,7 @@ start_guest() {
 		-serial "file:$logs/$name.console" -serial "file:$logs/$name.results" \
 		-device isa-debug-exit,iobase=0xf4,iosize=0x04 \
 		-monitor "unix:$logs/$name.monitor,server=on,wait=off" \
-		"$@" >"$logs/$name.qemu" 2>&1 &
+		"${plugin[@]}" "$@" >"$logs/$name.qemu" 2>&1 &
 	pids+=($!)
 	log "guest $name started (qemu pid $!), console: $logs/$name.console"
 }
@@ -79,7 +84,7 @@ job="ipoibrs.job=selftests ipoibrs.progs=${progs:-}"
 default_progs() {
 	sed -n 's/^[[:space:]]*\(TEST_PROGS :=\)\{0,1\}[[:space:]]*\([a-z_]*\.sh\).*/\2/p' \
 		"$REPO/tests/selftests/drivers/net/ipoib/Makefile" |
-		grep "^$1" | grep -v "^${2:-//}" | grep -v -e _bench.sh -e _stress.sh -e _profile.sh |
+		grep "^$1" | grep -v "^${2:-//}" | grep -v -e _bench.sh -e _cost.sh -e _stress.sh -e _profile.sh |
 		paste -sd,
 }
 guests=()
