@@ -121,12 +121,16 @@ impl HeldPackets {
     }
 
     /// Hands `send` the packets of every destination that `handle` gives a handle now, in
-    /// the order each destination's were held, and forgets their queues.
+    /// the order each destination's were held, and forgets their queues; stops at the first
+    /// destination whose packets `room` says cannot go now (the send queue is full: they
+    /// wait for its completions, as C's go back through the qdisc). Returns whether it
+    /// stopped so.
     pub(crate) fn release<H>(
         &mut self,
         mut handle: impl FnMut(&[u8; 16]) -> Option<H>,
+        mut room: impl FnMut(usize) -> bool,
         mut send: impl FnMut(&H, SkBuff),
-    ) {
+    ) -> bool {
         let mut cursor = self.queues.cursor_front();
         while let Some(c) = cursor {
             let key = *c.current().0;
@@ -134,6 +138,9 @@ impl HeldPackets {
                 cursor = c.move_next();
                 continue;
             };
+            if !room(c.current().1.len()) {
+                return true;
+            }
             let (next, node) = c.remove_current();
             // The cursor moves back only when the removed node was the last.
             cursor = next.filter(|n| *n.current().0 > key);
@@ -144,6 +151,7 @@ impl HeldPackets {
                 send(&h, skb);
             }
         }
+        false
     }
 
     /// Takes out the packets held for `gid`, to be dropped by the caller outside the lock.

@@ -299,6 +299,12 @@ impl UdDatapath {
         self.lid.store(u32::from(lid), Ordering::Relaxed);
     }
 
+    /// Sends that may be posted now without one being refused for want of a credit, and how
+    /// many may be in flight at most.
+    pub(crate) fn send_room(&self) -> (u32, u32) {
+        (self.credits.free(), self.credits.limit())
+    }
+
     /// Sends posted so far.
     pub(crate) fn sends_posted(&self) -> u64 {
         self.sends_posted.load(Ordering::Relaxed)

@@ -249,7 +249,9 @@ impl Paths {
     }
 
     /// Sends through `ud` the held packets whose destinations now have a handle (from
-    /// NAPI), each destination's in the order they were held.
+    /// NAPI), each destination's in the order they were held, as many destinations' as the
+    /// send queue has room for: the rest wait for the next round, which the completions of
+    /// these sends bring.
     pub(crate) fn send_ready(&self, ud: &UdDatapath, dev: &NetDevice) {
         if self.held_count.load(Ordering::Relaxed) == 0
             || !self.held_ready.swap(false, Ordering::Acquire)
@@ -261,8 +263,17 @@ impl Paths {
         let now = now_ms();
         let before = held.packets();
         let mut malformed = 0;
-        held.release(
+        // With nothing in flight a destination goes whatever it holds: no completion would
+        // come to make more room (its packets beyond the send queue's size are dropped).
+        let (room, limit) = ud.send_room();
+        let (mut room, limit) = (room as usize, limit as usize);
+        let stopped = held.release(
             |gid| neigh.handle(gid, now).cloned(),
+            |n| {
+                let fits = n <= room || room == limit;
+                room = room.saturating_sub(n);
+                fits
+            },
             |ah, skb| {
                 let mut hdr = [0u8; HWADDR_LEN];
                 let dest = skb
@@ -277,6 +288,9 @@ impl Paths {
         );
         self.held_count
             .fetch_sub(before - held.packets(), Ordering::Relaxed);
+        if stopped {
+            self.held_ready.store(true, Ordering::Release);
+        }
         // The handles' last references may go only once the table's lock is released (see
         // `neigh.rs`); they are still in the table here, so these are not the last.
         drop(held);

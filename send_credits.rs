@@ -62,6 +62,17 @@ impl SendCredits {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Credits free now.
+    pub(crate) fn free(&self) -> u32 {
+        self.limit
+            .saturating_sub(self.in_flight.load(Ordering::Acquire))
+    }
+
+    /// Credits in all.
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit
+    }
+
     /// Whether a credit is free.
     pub(crate) fn any_idle(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) < self.limit
