@@ -35,6 +35,16 @@ else
 	failed=$((failed + 1))
 fi
 
+# The README's tables of figures are what the benchmarks' JSON files give.
+if readme_out=$("$REPO/scripts/readme-tables.py" --check 2>&1); then
+	echo "ok - readme: its tables of figures are generated from bench/results/*.json"
+	passed=$((passed + 1))
+else
+	echo "$readme_out"
+	echo "not ok - readme: its tables of figures are generated from bench/results/*.json"
+	failed=$((failed + 1))
+fi
+
 # Host unit tests of the wire formats.
 out=$(cd "$REPO/tests/wire" && CARGO_TARGET_DIR=$CACHE/cargo-target cargo test 2>&1)
 rc=$?

@@ -35,9 +35,8 @@
 use qemu_plugin_sys::{
     qemu_info_t, qemu_plugin_cb_flags, qemu_plugin_id_t, qemu_plugin_insn_data,
     qemu_plugin_insn_size, qemu_plugin_outs, qemu_plugin_register_vcpu_insn_exec_cb,
-    qemu_plugin_register_vcpu_tb_exec_cb, qemu_plugin_register_vcpu_tb_trans_cb,
-    qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns, qemu_plugin_tb_vaddr,
-    QEMU_PLUGIN_VERSION,
+    qemu_plugin_register_vcpu_tb_exec_cb, qemu_plugin_register_vcpu_tb_trans_cb, qemu_plugin_tb,
+    qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns, qemu_plugin_tb_vaddr, QEMU_PLUGIN_VERSION,
 };
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
@@ -116,7 +115,9 @@ impl Registry {
 
     fn start(&mut self, window: u32) {
         if let Some(open) = self.window {
-            say(&format!("window {window} started while {open} was open: {open} dropped"));
+            say(&format!(
+                "window {window} started while {open} was open: {open} dropped"
+            ));
         }
         self.base = self.blocks.iter().map(|b| Self::counts(b)).collect();
         self.window = Some(window);

@@ -9,8 +9,9 @@
 # 2048 (opensm's default on real fabrics: datagram MTU 2044), P_Key 0x8003's at 4096
 # (datagram MTU 4092). Modes: datagram (ib0, 2044), datagram4096 (a child of ib0 on
 # 0x8003, 4092) and connected (ib0 at 65520); in each it measures
-#   udp         IPOIB_COST_UDP datagrams of the MTU, client to server (netperf UDP_STREAM
-#               given their bytes);
+#   udp         IPOIB_COST_UDP datagrams of the MTU, client to server (udp_flood: netperf's
+#               UDP_STREAM given a byte count waits for an end its flooded receiver may
+#               lose);
 #   tcp_stream  IPOIB_COST_KB KiB, client to server (TCP_STREAM given the byte count);
 #   tcp_rr      IPOIB_COST_RR request/response transactions (TCP_RR given the count).
 # Each measurement is one counting window (cost_mark start/stop): the server opens its
@@ -30,11 +31,14 @@ UDP_N=${IPOIB_COST_UDP:-2000}
 KIB=${IPOIB_COST_KB:-16384}
 RR_N=${IPOIB_COST_RR:-2000}
 MARK=$(dirname "$0")/cost_mark
+FLOOD=$(dirname "$0")/udp_flood
+SINK_PORT=9
 
 ktap_print_header
 two_hosts_roles IPOIB_COST_RUNS "a benchmark: scripts/bench.sh --cost runs it"
-MODES="datagram datagram4096 connected"
-ktap_set_plan $((2 + RUNS * 6))
+MODES=${IPOIB_COST_MODES:-datagram datagram4096 connected}
+set -- $MODES
+ktap_set_plan $((2 + RUNS * 2 * $#))
 ib_fabric_topology || ktap_exit_fail_msg "$role: $IB_DEV not added on eth0"
 ip link set eth0 mtu 9000 || ktap_exit_fail_msg "$role: eth0 refused MTU 9000"
 cat >"$OPENSM_PARTITIONS" <<'PARTITIONS'
@@ -48,7 +52,12 @@ klog_mark
 START_MARK=$KLOG_MARK START_FIRST=$KLOG_FIRST
 
 ipoib_check "$role: fabric up: port ACTIVE under opensm" ib_fabric_up
-[ "$role" = server ] && netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+if [ "$role" = server ]; then
+	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
+	# Takes the flood's datagrams, whichever interface they come in on.
+	"$FLOOD" sink $SINK_PORT </dev/null >/tmp/udp_sink.out 2>&1 3>&- 4>&- &
+	SINK_PID=$!
+fi
 echo "COSTKERNEL _stext 0x$(awk '$3 == "_stext" { print $1; exit }' /proc/kallsyms)"
 
 # up DRIVER MODE: the interface of MODE (IF) up with carrier at its MTU, its peer's address
@@ -82,7 +91,7 @@ stat_of() { cat "/sys/class/net/$IF/statistics/$1"; }
 # length: bytes for a stream, transactions for request/response).
 work() {
 	case "$1" in
-	udp) timeout 600 netperf -H "$PEER_ADDR" -t UDP_STREAM -l -$((UDP_N * ($2 - 28))) -P 0 -- -m $(($2 - 28)) ;;
+	udp) timeout 600 "$FLOOD" send "$PEER_ADDR" $SINK_PORT $(($2 - 28)) "$UDP_N" ;;
 	tcp_stream) timeout 600 netperf -H "$PEER_ADDR" -t TCP_STREAM -l -$((KIB * 1024)) -P 0 -- -m 65536 ;;
 	tcp_rr) timeout 600 netperf -H "$PEER_ADDR" -t TCP_RR -l -"$RR_N" -P 0 ;;
 	esac
@@ -102,7 +111,7 @@ window() {
 		out=$(work "$test" "$mtu" 2>&1) || failed=1
 		"$MARK" stop "$w"
 		both_at $((7301 + w * 2)) || failed=1
-		echo "# netperf: $(echo "$out" | tail -n 1)"
+		echo "# work: $(echo "$out" | tail -n 1)"
 	fi
 	tx1=$(stat_of tx_packets) rx1=$(stat_of rx_packets)
 	if [ "$failed" = 1 ]; then
@@ -155,7 +164,11 @@ for run in $(seq "$RUNS"); do
 		done
 	done
 done
-[ "$role" = server ] && kill $(pidof netserver) 2>/dev/null
+if [ "$role" = server ]; then
+	kill $(pidof netserver) "$SINK_PID" 2>/dev/null
+	wait "$SINK_PID"
+	echo "udp_flood sink: $(tail -n 1 /tmp/udp_sink.out)"
+fi
 KLOG_MARK=$START_MARK KLOG_FIRST=$START_FIRST
 ipoib_check "$role: unloaded, kernel log clean" eval '! module_loaded && klog_clean_since'
 ktap_finished
