@@ -46,7 +46,7 @@
 # load: per run (IPOIB_RS_BENCH_RUNS), each driver in datagram mode at IB MTU 2048 (ib0) and
 # 4096 (a child on a partition of IB MTU 4096) and in connected mode (MTU 65520), on a fabric
 # at Ethernet MTU 9000: UDP datagrams of the MTU (IPOIB_RS_COST_UDP, default 2000), a TCP
-# stream of IPOIB_RS_COST_KB KiB (16384) and IPOIB_RS_COST_RR TCP_RR transactions (2000);
+# stream of IPOIB_RS_COST_KB KiB (65536) and IPOIB_RS_COST_RR TCP_RR transactions (2000);
 # IPOIB_RS_COST_MODES=datagram,connected (say) measures only those modes.
 # Each guest's counts go to the run's LOGDIR/host*.cost. Prints, per driver, mode, test and host,
 # the instructions per packet (per KiB, per transaction) in the driver's module, in rxe, in
@@ -120,7 +120,7 @@ if [ "${1:-}" = --cost ]; then
 			--manifest-path "$REPO/bench/cost-plugin/Cargo.toml" --target-dir "$CACHE/cost-plugin"
 		export IPOIB_RS_QEMU_PLUGIN=$CACHE/cost-plugin/release/libipoib_cost.so
 		run_guests cost two-hosts-ib two_hosts_ib_cost.sh 3000 \
-			"ipoibrs.costruns=$runs ipoibrs.costudp=${IPOIB_RS_COST_UDP:-2000} ipoibrs.costkb=${IPOIB_RS_COST_KB:-16384} ipoibrs.costrr=${IPOIB_RS_COST_RR:-2000} ipoibrs.costmodes=${IPOIB_RS_COST_MODES:-datagram,datagram4096,connected}"
+			"ipoibrs.costruns=$runs ipoibrs.costudp=${IPOIB_RS_COST_UDP:-2000} ipoibrs.costkb=${IPOIB_RS_COST_KB:-65536} ipoibrs.costrr=${IPOIB_RS_COST_RR:-2000} ipoibrs.costmodes=${IPOIB_RS_COST_MODES:-datagram,datagram4096,connected}"
 	fi
 	ensure_rustfilt
 	mkdir -p "$dest"

@@ -28,7 +28,7 @@
 
 RUNS=${IPOIB_COST_RUNS:-}
 UDP_N=${IPOIB_COST_UDP:-2000}
-KIB=${IPOIB_COST_KB:-16384}
+KIB=${IPOIB_COST_KB:-65536}
 RR_N=${IPOIB_COST_RR:-2000}
 MARK=$(dirname "$0")/cost_mark
 FLOOD=$(dirname "$0")/udp_flood
