@@ -421,8 +421,7 @@ impl ListenHandler for CmListen {
         let ring = if own_ring { port.ring_size } else { 0 };
         let qp = port.new_rc_qp(port.recv_cq.clone(), 1, Some(drain.clone()), ring)?;
         for _ in 0..ring {
-            qp.post_recv(srq::recv_buffer(&port.device)?)
-                .map_err(|(e, _)| e)?;
+            qp.post_recv(srq::recv_buffer(&port.device)?)?;
         }
         let psn = cm::random_psn();
         req.id().modify_qp_for_rep(&qp, psn, RNR_TIMER)?;

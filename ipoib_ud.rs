@@ -187,8 +187,7 @@ impl UdDatapath {
         if let Some(index) = index {
             bring_up(&qp, port, index, wire::DEFAULT_QKEY)?;
             for _ in 0..recv_ring {
-                qp.post_recv(Self::recv_buffer(device)?)
-                    .map_err(|(e, _)| e)?;
+                qp.post_recv(Self::recv_buffer(device)?)?;
             }
         }
         let device = device.get_ref()?;
@@ -626,7 +625,7 @@ impl UdDatapath {
                 Some(buf) => buf,
                 None => Self::recv_buffer(&self.device)?,
             };
-            self.qp.post_recv(buf).map_err(|(e, _)| e)?;
+            self.qp.post_recv(buf)?;
         }
         Ok(())
     }

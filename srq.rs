@@ -56,7 +56,7 @@ pub(crate) fn recv_buffer(device: &Device) -> Result<ScatterBuffer> {
 pub(crate) fn new_srq(device: &Device, pd: &Arc<ProtectionDomain>, size: u32) -> Result<Arc<Srq>> {
     let srq = SharedReceiveQueue::new(pd, size, recv_sges())?;
     for _ in 0..size {
-        srq.post_recv(recv_buffer(device)?).map_err(|(e, _)| e)?;
+        srq.post_recv(recv_buffer(device)?)?;
     }
     Ok(srq)
 }

@@ -238,7 +238,7 @@ impl Endpoint {
     fn post_recvs(&self, n: u32) -> Result {
         for _ in 0..n {
             let buf = DmaBuffer::new(&self.device, RECV_LEN, DmaDirection::FromDevice, GFP_KERNEL)?;
-            self.qp.post_recv(buf).map_err(|(e, _)| e)?;
+            self.qp.post_recv(buf)?;
         }
         Ok(())
     }
@@ -472,13 +472,58 @@ fn qp_changes(a: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
     }
 }
 
+/// The slots a queue pair keeps its posted buffers in: a post beyond them is refused
+/// (`ENOSPC`); a reset hands back what was posted, and a completion of before the reset
+/// that was not yet taken takes nothing afterwards, though a new buffer sits in its slot,
+/// which the next datagram fills.
+fn slots_across_reset(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
+    let qp = small_ud_qp(&b.pd, &b.send_cq, &b.recv_cq)?;
+    let up = |qp: &QueuePair| {
+        qp.modify(&QpChange::to_init().port(PORT).pkey_index(0).qkey(QKEY))?;
+        qp.modify(&QpChange::to_ready_to_receive())?;
+        qp.modify(&QpChange::to_ready_to_send().send_psn(0))
+    };
+    let buffer = || DmaBuffer::new(&b.device, RECV_LEN, DmaDirection::FromDevice, GFP_KERNEL);
+    up(&qp)?;
+    qp.post_recv(buffer()?)?;
+    match qp.post_recv(buffer()?) {
+        Err(e) if e == ENOSPC => {}
+        other => {
+            pr_info!("# a post beyond the slots gave {:?}\n", other);
+            return Err(EINVAL);
+        }
+    }
+    a.send(ah, qp.qp_num(), QKEY, 31)?;
+    let mut stale = wait(&b.recv_cq, 2000).ok_or(EAGAIN)?;
+    let mut back = 0;
+    qp.reset(drop, |_| back += 1)?;
+    if back != 1 || qp.recvs_posted() != 0 {
+        pr_info!("# reset gave back {} buffers, {} still posted\n", back, qp.recvs_posted());
+        return Err(EINVAL);
+    }
+    up(&qp)?;
+    qp.post_recv(buffer()?)?;
+    if qp.complete_recv(&mut stale).is_some() || qp.recvs_posted() != 1 {
+        pr_info!("# a completion of before the reset took the new buffer\n");
+        return Err(EINVAL);
+    }
+    a.send(ah, qp.qp_num(), QKEY, 32)?;
+    let mut wc = wait(&b.recv_cq, 2000).ok_or(EAGAIN)?;
+    let buf = qp.complete_recv(&mut wc).ok_or(EINVAL)?;
+    let payload = buf.as_slice().get(GRH_LEN..GRH_LEN + PAYLOAD_LEN).ok_or(EINVAL)?;
+    if wc.status() != WcStatus::Success || payload.first() != Some(&32) {
+        return Err(EIO);
+    }
+    Ok(())
+}
+
 /// Memory the device must not write, or cannot reach, and a handle of another domain: each
 /// post comes back with `EINVAL`, its buffer with it.
 fn foreign_posts(a: &Endpoint, b: &Endpoint, ah_a: &Arc<AddressHandle>) -> Result {
     let read_only = DmaBuffer::new(&b.device, RECV_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
-    refused(b.qp.post_recv(read_only).map_err(|(e, _)| e))?;
+    refused(b.qp.post_recv(read_only))?;
     let elsewhere = DmaBuffer::new(&a.device, RECV_LEN, DmaDirection::FromDevice, GFP_KERNEL)?;
-    refused(b.qp.post_recv(elsewhere).map_err(|(e, _)| e))?;
+    refused(b.qp.post_recv(elsewhere))?;
     let send = DmaBuffer::new(&b.device, PAYLOAD_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
     refused(b.qp.post_send_ud(send, PAYLOAD_LEN, ah_a, a.qp.qp_num(), QKEY))
 }
@@ -653,8 +698,7 @@ impl RcEnd {
             match &srq {
                 Some(srq) => srq.post_recv(buf),
                 None => qp.post_recv(buf),
-            }
-            .map_err(|(e, _)| e)?;
+            }?;
         }
         Ok(Arc::new(
             RcEnd {
@@ -1007,6 +1051,10 @@ fn run(report: &mut Report) -> Result {
     report.check(
         "queue pair changes the transport does not take refused (EINVAL): RTS from RESET, INIT without a Q_Key, access flags on UD; a send before RTS refused, nothing left held",
         qp_changes(&a, &ah),
+    );
+    report.check(
+        "slots: a receive beyond them refused (ENOSPC); after a reset a completion of before it takes nothing, the next datagram lands in the new buffer",
+        slots_across_reset(&a, &b, &ah),
     );
     report.check(
         "posts refused (EINVAL): a receive into a buffer mapped for sending, or another device's, a send through another domain's address handle",

@@ -346,8 +346,7 @@ fn rc_receiver() -> Result<Tally> {
     let host = Host::new()?;
     let srq = SharedReceiveQueue::new(&host.pd, RECV_DEPTH, 1)?;
     for _ in 0..RECV_DEPTH {
-        srq.post_recv(host.buffer(RC_MSG, DmaDirection::FromDevice)?)
-            .map_err(|(e, _)| e)?;
+        srq.post_recv(host.buffer(RC_MSG, DmaDirection::FromDevice)?)?;
     }
     let signal = waiter()?;
     let listening = Arc::pin_init(
@@ -364,7 +363,7 @@ fn rc_receiver() -> Result<Tally> {
     let srq = &listening.srq;
     let tally = receive(&listening.host.recv_cq, 0, RC_IDLE_MS, |wc| {
         let buf = srq.complete_recv(wc).ok_or(EINVAL)?;
-        srq.post_recv(buf).map_err(|(e, _)| e)
+        srq.post_recv(buf)
     });
     // The identifier first (its handler holds the queue pair), then the listener.
     drop(listener);
@@ -447,13 +446,12 @@ fn ud_receiver() -> Result<Tally> {
     let len = GRH_LEN + ud_mtu(&host)?;
     let qp = ud_qp(&host)?;
     for _ in 0..RECV_DEPTH {
-        qp.post_recv(host.buffer(len, DmaDirection::FromDevice)?)
-            .map_err(|(e, _)| e)?;
+        qp.post_recv(host.buffer(len, DmaDirection::FromDevice)?)?;
     }
     pr_info!("# stream: ud receiver qpn {:#x}\n", qp.qp_num());
     receive(&host.recv_cq, GRH_LEN as u32, UD_IDLE_MS, |wc| {
         let buf = qp.complete_recv(wc).ok_or(EINVAL)?;
-        qp.post_recv(buf).map_err(|(e, _)| e)
+        qp.post_recv(buf)
     })
 }
 

@@ -27,4 +27,5 @@ pub mod event;
 pub mod pd;
 pub mod qp;
 pub mod sa;
+mod slots;
 pub mod srq;

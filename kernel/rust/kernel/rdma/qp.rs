@@ -16,6 +16,7 @@ use super::{
     device::{Device, Gid},
     dma::{DmaBuffer, ScatterBuffer, SkbMapping, MAX_SKB_SEGMENTS},
     pd::ProtectionDomain,
+    slots::WorkSlots,
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
@@ -30,10 +31,7 @@ use crate::{
     str::CStr,
     sync::{Arc, Mutex, SpinLockBh},
 };
-use core::{
-    ptr::NonNull,
-    sync::atomic::{AtomicU32, Ordering},
-};
+use core::ptr::NonNull;
 
 /// Sizes of the work queues of a queue pair.
 #[derive(Clone, Copy, Debug)]
@@ -102,21 +100,6 @@ unsafe extern "C" fn qp_event_callback(event: *mut bindings::ib_event, context: 
     // SAFETY: `event` is valid for the call.
     let event = unsafe { &*event };
     handler.event(QpEvent::from_raw(event.event));
-}
-
-/// Numbers every queue pair of this kernel, so that a completion left in a shared CQ by a
-/// destroyed queue pair is never taken for one of a new queue pair at the same address.
-static QP_SERIAL: AtomicU32 = AtomicU32::new(1);
-
-/// A serial for a queue, never 0: a work request id of serial 0 names no request, which is
-/// what a completion already used up carries ([`WorkCompletion::consume`]).
-pub(crate) fn next_serial() -> u32 {
-    loop {
-        let serial = QP_SERIAL.fetch_add(1, Ordering::Relaxed);
-        if serial != 0 {
-            return serial;
-        }
-    }
 }
 
 /// What a send carries: a buffer, or a socket buffer mapped in place.
@@ -240,13 +223,11 @@ mod sealed {
 
     /// How a receive buffer describes itself to the device.
     pub trait Sealed {
-        /// Calls `f` with the buffer's segments as scatter/gather entries with `lkey`, in an
-        /// array no longer than the buffer needs (it is made for every receive posted).
-        fn with_sges<R>(
-            &self,
-            lkey: u32,
-            f: impl FnOnce(&mut [bindings::ib_sge]) -> R,
-        ) -> Result<R>;
+        /// The buffer's scatter/gather entries, no more than it needs (they are made for
+        /// every receive posted).
+        type Sges: AsMut<[bindings::ib_sge]>;
+        /// The buffer's segments as scatter/gather entries with `lkey`.
+        fn sges(&self, lkey: u32) -> Result<Self::Sges>;
         /// Hands the memory to the device.
         fn sync_for_device(&self);
         /// Takes the memory back for the CPU.
@@ -261,32 +242,50 @@ mod sealed {
 pub trait RecvBuffer: sealed::Sealed + Send {}
 
 impl sealed::Sealed for DmaBuffer {
-    fn with_sges<R>(&self, lkey: u32, f: impl FnOnce(&mut [bindings::ib_sge]) -> R) -> Result<R> {
+    type Sges = [bindings::ib_sge; 1];
+    #[inline]
+    fn sges(&self, lkey: u32) -> Result<Self::Sges> {
         let length = u32::try_from(self.len()).map_err(|_| EINVAL)?;
-        let mut sge = [bindings::ib_sge {
+        Ok([bindings::ib_sge {
             addr: self.dma_addr(),
             length,
             lkey,
-        }];
-        Ok(f(&mut sge))
+        }])
     }
+    #[inline]
     fn sync_for_device(&self) {
         DmaBuffer::sync_for_device(self)
     }
+    #[inline]
     fn sync_for_cpu(&self) {
         DmaBuffer::sync_for_cpu(self)
     }
+    #[inline]
     fn usable_by(&self, device: &Device) -> bool {
         DmaBuffer::usable_by(self, device, true)
     }
 }
 impl RecvBuffer for DmaBuffer {}
 
+/// The scatter/gather entries of a [`ScatterBuffer`]: the first `n` of `sges`.
+pub struct ScatterSges {
+    sges: [bindings::ib_sge; MAX_RECV_SGE],
+    n: usize,
+}
+
+impl AsMut<[bindings::ib_sge]> for ScatterSges {
+    fn as_mut(&mut self) -> &mut [bindings::ib_sge] {
+        let n = self.n.min(MAX_RECV_SGE);
+        &mut self.sges[..n]
+    }
+}
+
 impl sealed::Sealed for ScatterBuffer {
-    fn with_sges<R>(&self, lkey: u32, f: impl FnOnce(&mut [bindings::ib_sge]) -> R) -> Result<R> {
+    type Sges = ScatterSges;
+    fn sges(&self, lkey: u32) -> Result<ScatterSges> {
         let mut sges = [bindings::ib_sge::default(); MAX_RECV_SGE];
         let n = ScatterBuffer::fill_sges(self, lkey, &mut sges)?;
-        Ok(f(sges.get_mut(..n).ok_or(EINVAL)?))
+        Ok(ScatterSges { sges, n })
     }
     fn sync_for_device(&self) {
         ScatterBuffer::sync_for_device(self)
@@ -311,102 +310,63 @@ pub trait SharedQueue: Send + Sync + super::private::Sealed {
     fn device(&self) -> &Device;
 }
 
-/// The lock class of every receive ring. Lockdep wants one name per class, and generic code
-/// instantiated in another crate would bring its own copy of a name literal: the class is
-/// made here, in code that is not generic and not inlined.
-#[inline(never)]
-fn recv_ring_lock_class() -> (&'static CStr, &'static crate::sync::LockClassKey) {
-    (
-        crate::c_str!("RecvRing::slots"),
-        crate::static_lock_class!(),
-    )
-}
-
-/// Receive buffers posted to a queue pair or a shared receive queue, by work request index;
-/// `wr_id` = serial << 32 | index, the serial naming the queue.
-///
-/// # Invariants
-///
-/// Every `Some` slot holds the buffer of a receive posted with that slot's `wr_id` and not
-/// yet completed through this object.
-#[pin_data]
+/// Receive buffers posted to a queue pair or a shared receive queue, each in the slot its
+/// request names until the request completes.
 pub(crate) struct RecvRing<B: RecvBuffer> {
-    /// Renewed when the queue is reset, so that completions of discarded requests match
-    /// no request posted afterwards.
-    serial: AtomicU32,
-    #[pin]
-    slots: SpinLockBh<Slots<B>>,
+    slots: WorkSlots<B>,
 }
 
 impl<B: RecvBuffer> RecvRing<B> {
-    pub(crate) fn new(n: u32) -> Result<impl PinInit<Self>> {
-        let slots = Slots::new(n)?;
-        let serial = AtomicU32::new(next_serial());
-        Ok(pin_init!(Self {
-            serial,
-            slots <- {
-                let (name, key) = recv_ring_lock_class();
-                SpinLockBh::new(slots, name, key)
-            },
-        }))
+    pub(crate) fn new(n: u32) -> Result<Self> {
+        Ok(Self {
+            slots: WorkSlots::new(n)?,
+        })
     }
 
     /// Posts `buf` through `post` (which hands the request to the device and returns its
     /// status); keeps the buffer until its completion. `EINVAL` unless `device` may write
-    /// all of the buffer.
+    /// all of the buffer, `ENOSPC` when every slot is in use; on failure the buffer is freed.
+    #[inline]
     pub(crate) fn post(
         &self,
         buf: B,
         (device, lkey): (&Device, u32),
         post: impl FnOnce(&bindings::ib_recv_wr) -> c_int,
-    ) -> core::result::Result<(), (Error, B)> {
+    ) -> Result {
         if !buf.usable_by(device) {
-            return Err((EINVAL, buf));
+            return Err(EINVAL);
         }
-        // The slot is taken and the request posted under the lock, which is kept until the
-        // buffer is in the slot.
-        let posted = buf.with_sges(lkey, |sges| {
-            let num_sge = c_int::try_from(sges.len()).map_err(|_| EINVAL)?;
-            let mut slots = self.slots.lock();
-            let index = slots.free_index().ok_or(ENOSPC)?;
-            // SAFETY: All-zero is a valid `ib_recv_wr`.
-            let mut wr: bindings::ib_recv_wr = unsafe { core::mem::zeroed() };
-            wr.__bindgen_anon_1.wr_id =
-                (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64;
-            wr.sg_list = sges.as_mut_ptr();
-            wr.num_sge = num_sge;
-            buf.sync_for_device();
-            if let Err(e) = to_result(post(&wr)) {
+        let mut sges = buf.sges(lkey)?;
+        let sges = sges.as_mut();
+        let num_sge = c_int::try_from(sges.len()).map_err(|_| EINVAL)?;
+        let claim = self.slots.claim().ok_or(ENOSPC)?;
+        buf.sync_for_device();
+        // The buffer is in its slot before the device can complete the request.
+        let wr_id = claim.fill(buf);
+        let wr = bindings::ib_recv_wr {
+            next: core::ptr::null_mut(),
+            __bindgen_anon_1: bindings::ib_recv_wr__bindgen_ty_1 { wr_id },
+            sg_list: sges.as_mut_ptr(),
+            num_sge,
+        };
+        let ret = post(&wr);
+        if ret != 0 {
+            // Not posted: no completion names the slot (a reset may have taken the buffer
+            // meanwhile, and given it back).
+            if let Some(buf) = self.slots.take(wr_id) {
                 buf.sync_for_cpu();
-                return Err(e);
             }
-            Ok((slots, index))
-        });
-        match posted {
-            Ok(Ok((mut slots, index))) => {
-                // INVARIANT: the buffer of the posted request is kept in its slot.
-                slots.entries[index] = Some(buf);
-                Ok(())
-            }
-            Ok(Err(e)) | Err(e) => Err((e, buf)),
+            return to_result(ret);
         }
+        Ok(())
     }
 
     /// Takes back the buffer that `wc` completes, if `wc` names one of our requests, and
     /// uses `wc` up: completing it again gives nothing (the slot may hold a buffer posted
     /// since).
+    #[inline]
     pub(crate) fn complete(&self, wc: &mut WorkCompletion) -> Option<B> {
-        let id = wc.wr_id();
-        let mut slots = self.slots.lock();
-        // The serial is read under the lock: a reset renews it before it empties the slots,
-        // so a completion of before the reset cannot take a buffer posted after it.
-        if (id >> 32) as u32 != self.serial.load(Ordering::Relaxed) {
-            return None;
-        }
-        // INVARIANT: the device is done with the request `wc` completes, which is used up
-        // below, so it takes no other buffer from the slot.
-        let buf = slots.entries.get_mut((id & 0xffff_ffff) as usize)?.take()?;
-        drop(slots);
+        let buf = self.slots.take(wc.wr_id())?;
         wc.consume();
         buf.sync_for_cpu();
         Some(buf)
@@ -414,13 +374,15 @@ impl<B: RecvBuffer> RecvRing<B> {
 
     /// Buffers posted and not completed.
     pub(crate) fn posted(&self) -> usize {
-        self.slots.lock().used()
+        self.slots.used()
     }
 
     /// Leaks every posted buffer, for a queue the device may still write to (its destroy
     /// failed): never freed, they stay valid for it.
     pub(crate) fn leak_all(&self) {
-        core::mem::forget(core::mem::take(&mut self.slots.lock().entries));
+        while let Some(buf) = self.slots.take_any() {
+            core::mem::forget(buf);
+        }
     }
 
     /// The device discarded every posted request: takes the buffers back one by one and
@@ -430,48 +392,11 @@ impl<B: RecvBuffer> RecvRing<B> {
     ///
     /// The device must no longer access any buffer posted so far.
     pub(crate) unsafe fn discard_all(&self, mut back: impl FnMut(B)) {
-        let _ = self.serial.swap(next_serial(), Ordering::Relaxed);
-        // One buffer at a time, handed back without the lock held (`back` may allocate).
-        loop {
-            let taken = self.slots.lock().take_any();
-            let Some(buf) = taken else { break };
+        self.slots.renew();
+        while let Some(buf) = self.slots.take_any() {
             buf.sync_for_cpu();
             back(buf);
         }
-    }
-}
-
-/// Posted buffers by work request index.
-struct Slots<T> {
-    entries: KVec<Option<T>>,
-    next: usize,
-}
-
-impl<T> Slots<T> {
-    fn new(n: u32) -> Result<Self> {
-        let mut entries = KVec::with_capacity(n as usize, GFP_KERNEL)?;
-        for _ in 0..n {
-            entries.push(None, GFP_KERNEL)?;
-        }
-        Ok(Self { entries, next: 0 })
-    }
-
-    /// A free index, preferring ring order. Written without arithmetic that could panic.
-    fn free_index(&mut self) -> Option<usize> {
-        let n = self.entries.len();
-        let start = self.next.min(n);
-        let found = Iterator::chain(start..n, 0..start)
-            .find(|&i| self.entries.get(i).is_some_and(|e| e.is_none()))?;
-        self.next = found.checked_add(1).filter(|&i| i < n).unwrap_or(0);
-        Some(found)
-    }
-
-    fn used(&self) -> usize {
-        self.entries.iter().filter(|e| e.is_some()).count()
-    }
-
-    fn take_any(&mut self) -> Option<T> {
-        self.entries.iter_mut().find_map(|e| e.take())
     }
 }
 
@@ -619,17 +544,13 @@ pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     qp_type: QpType,
     /// Scatter/gather entries a send may have, as the device granted.
     max_send_sge: usize,
-    /// Names this queue's send requests; renewed on reset (see [`RecvRing`]).
-    serial: AtomicU32,
     /// Resets under way, during which posts are refused; held across each `ib_post_send`,
     /// so that no post overlaps a reset.
     #[pin]
     posting: SpinLockBh<u32>,
-    /// Taken only to fill or empty a slot, never across a call into the device: the
-    /// completion path (NAPI on another CPU) does not wait for a post in progress.
-    #[pin]
-    send: SpinLockBh<Slots<SendSlot>>,
-    #[pin]
+    /// What each send in flight carries; the completion path (NAPI on another CPU) takes
+    /// it back without waiting for a post in progress.
+    send: WorkSlots<SendSlot>,
     recv: RecvRing<B>,
     /// Multicast groups attached, left before the queue pair is destroyed.
     #[pin]
@@ -647,17 +568,15 @@ unsafe impl<B: RecvBuffer> Send for QueuePair<B> {}
 // takes slots back under their locks; the buffers are `Send`.
 unsafe impl<B: RecvBuffer> Sync for QueuePair<B> {}
 
-/// The lock classes of every queue pair's posting lock, send slots and multicast list,
-/// made outside generic code for the reason given at [`recv_ring_lock_class`].
+/// The lock classes of every queue pair's posting lock and multicast list. Lockdep wants
+/// one name per class, and generic code instantiated in another crate would bring its own
+/// copy of a name literal: the classes are made here, in code that is not generic and not
+/// inlined.
 #[inline(never)]
-fn qp_lock_classes() -> [(&'static CStr, &'static crate::sync::LockClassKey); 3] {
+fn qp_lock_classes() -> [(&'static CStr, &'static crate::sync::LockClassKey); 2] {
     [
         (
             crate::c_str!("QueuePair::posting"),
-            crate::static_lock_class!(),
-        ),
-        (
-            crate::c_str!("QueuePair::send"),
             crate::static_lock_class!(),
         ),
         (
@@ -761,7 +680,7 @@ impl<B: RecvBuffer> QueuePair<B> {
             attr.event_handler = Some(qp_event_callback);
             attr.qp_context = p.as_ptr().cast();
         }
-        let rings = Slots::new(caps.max_send_wr).and_then(|send| {
+        let rings = WorkSlots::new(caps.max_send_wr).and_then(|send| {
             let recv = RecvRing::new(if srq.is_some() { 0 } else { caps.max_recv_wr })?;
             Ok((send, recv))
         });
@@ -786,7 +705,6 @@ impl<B: RecvBuffer> QueuePair<B> {
                 return Err(e);
             }
         };
-        let serial = AtomicU32::new(next_serial());
         // INVARIANT: `qp` was just created with these queues, in `pd`; every slot is empty.
         let init = pin_init!(Self {
             qp,
@@ -794,18 +712,14 @@ impl<B: RecvBuffer> QueuePair<B> {
             // The device writes back what it granted, at least what was asked.
             max_send_sge: (attr.cap.max_send_sge.max(caps.max_send_sge) as usize)
                 .min(MAX_SKB_SEGMENTS),
-            serial,
             posting <- {
-                let [(name, key), _, _] = qp_lock_classes();
+                let [(name, key), _] = qp_lock_classes();
                 SpinLockBh::new(0, name, key)
             },
-            send <- {
-                let [_, (name, key), _] = qp_lock_classes();
-                SpinLockBh::new(send, name, key)
-            },
-            recv <- recv,
+            send,
+            recv,
             mcast <- {
-                let [_, _, (name, key)] = qp_lock_classes();
+                let [_, (name, key)] = qp_lock_classes();
                 Mutex::new(KVec::new(), name, key)
             },
             pd: pd.clone(),
@@ -897,17 +811,6 @@ impl<B: RecvBuffer> QueuePair<B> {
         to_result(unsafe { bindings::ib_detach_mcast(qp.as_ptr(), &mut raw, lid) })
     }
 
-    fn wr_id(&self, index: usize) -> u64 {
-        (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64
-    }
-
-    /// The slot index named by `wc` if the completion belongs to this queue pair.
-    fn slot_of(&self, wc: &WorkCompletion) -> Option<usize> {
-        let id = wc.wr_id();
-        (wc.qp() == self.qp.as_ptr() && (id >> 32) as u32 == self.serial.load(Ordering::Relaxed))
-            .then_some((id & 0xffff_ffff) as usize)
-    }
-
     /// The queue pair's current state, queried from the device (process context).
     pub fn state(&self) -> Result<State> {
         // SAFETY: All-zero is a valid `ib_qp_attr` and `ib_qp_init_attr`.
@@ -966,11 +869,8 @@ impl<B: RecvBuffer> QueuePair<B> {
     ) -> Result {
         let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
-        let _ = self.serial.swap(next_serial(), Ordering::Relaxed);
-        // As in `RecvRing::discard_all`: `send_back` runs without the lock held.
-        loop {
-            let taken = self.send.lock().take_any();
-            let Some(slot) = taken else { break };
+        self.send.renew();
+        while let Some(slot) = self.send.take_any() {
             send_back(slot.payload.into_sent());
         }
         // SAFETY: In RESET the device holds no request and accesses no posted buffer.
@@ -984,11 +884,10 @@ impl<B: RecvBuffer> QueuePair<B> {
     }
 
     /// Posts `buf` to receive one message (on UD: 40 bytes of GRH space, then the
-    /// datagram). On failure, or for a queue pair on an SRQ, the buffer comes back with the
-    /// error.
-    pub fn post_recv(&self, buf: B) -> core::result::Result<(), (Error, B)> {
+    /// datagram). On failure, or for a queue pair on an SRQ (`EINVAL`), the buffer is freed.
+    pub fn post_recv(&self, buf: B) -> Result {
         if self.srq.is_some() {
-            return Err((EINVAL, buf));
+            return Err(EINVAL);
         }
         self.recv
             .post(buf, (self.pd.device(), self.pd.local_dma_lkey()), |wr| {
@@ -1108,23 +1007,11 @@ impl<B: RecvBuffer> QueuePair<B> {
         self.post_wr(Payload::Skb(mapping), sges, ud)
     }
 
-    /// Moves `slot` into a free send slot and returns its index; leaves it where it is
-    /// when every slot is taken.
-    fn place(&self, slot: &mut Option<SendSlot>) -> Option<usize> {
-        let mut slots = self.send.lock();
-        let index = slots.free_index()?;
-        // INVARIANT: the caller, holding `posting`, posts the request with this slot's
-        // `wr_id`, or empties the slot again before it releases the lock.
-        let entry = slots.entries.get_mut(index)?;
-        *entry = slot.take();
-        Some(index)
-    }
-
     /// Posts a signalled send of the memory `sges` describe, which `payload` owns. The
     /// payload goes into the request's slot before the device sees the request, so that its
     /// completion finds it whenever it comes; a request the device refuses has its payload
     /// taken back and freed (`EINVAL` for an address handle of another protection domain,
-    /// or while the queue pair is being reset).
+    /// or while the queue pair is being reset; `ENOSPC` when every slot is in use).
     fn post_wr(
         &self,
         payload: Payload,
@@ -1143,27 +1030,23 @@ impl<B: RecvBuffer> QueuePair<B> {
             return refused(EINVAL, payload);
         }
         let posting = self.posting.lock();
-        let mut slot = Some(SendSlot {
-            payload,
-            _ah: ud.map(|(ah, _, _)| ah.clone()),
-        });
-        let placed = if *posting == 0 {
-            self.place(&mut slot)
+        let claim = if *posting == 0 {
+            self.send.claim()
         } else {
             None
         };
-        let Some(index) = placed else {
+        let Some(claim) = claim else {
             let e = if *posting == 0 { ENOSPC } else { EINVAL };
             drop(posting);
-            // `place` leaves the slot with us when it fails.
-            return match slot {
-                Some(slot) => refused(e, slot.payload),
-                None => Err(e),
-            };
+            return refused(e, payload);
         };
+        let wr_id = claim.fill(SendSlot {
+            payload,
+            _ah: ud.map(|(ah, _, _)| ah.clone()),
+        });
         // SAFETY: All-zero is a valid `ib_ud_wr`.
         let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
-        wr.wr.__bindgen_anon_1.wr_id = self.wr_id(index);
+        wr.wr.__bindgen_anon_1.wr_id = wr_id;
         wr.wr.sg_list = sges.as_mut_ptr();
         wr.wr.num_sge = num_sge;
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
@@ -1180,20 +1063,15 @@ impl<B: RecvBuffer> QueuePair<B> {
         // which only this request's completion takes out (no reset runs while `posting` is
         // held), or the failure below.
         let ret = unsafe { bindings::ib_post_send(self.qp.as_ptr(), &wr.wr, &mut bad) };
-        if let Err(e) = to_result(ret) {
+        if ret != 0 {
             // Not posted: no completion names the slot, and no reset runs, so it still
             // holds the payload.
-            let refused = self
-                .send
-                .lock()
-                .entries
-                .get_mut(index)
-                .and_then(Option::take);
+            let refused = self.send.take(wr_id);
             drop(posting);
             if let Some(slot) = refused {
                 drop(slot.payload.into_sent());
             }
-            return Err(e);
+            return to_result(ret);
         }
         Ok(())
     }
@@ -1201,7 +1079,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Sends posted and not yet completed through this object. Their buffers are freed with
     /// the queue pair if it is dropped first.
     pub fn sends_in_flight(&self) -> usize {
-        self.send.lock().used()
+        self.send.used()
     }
 
     /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU,
@@ -1217,13 +1095,11 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Takes back what the send that `wc` completes carried, and uses `wc` up; `None` if
     /// `wc` is not a send completion of this queue pair, or was used up already.
     pub fn complete_send(&self, wc: &mut WorkCompletion) -> Option<Sent> {
-        let mut slots = self.send.lock();
-        // Under the lock, as in `RecvRing::complete`.
-        let index = self.slot_of(wc)?;
-        // INVARIANT: the device is done with the request `wc` completes, which is used up
-        // below, so it takes no other payload from the slot.
-        let slot = slots.entries.get_mut(index)?.take()?;
-        drop(slots);
+        if wc.qp() != self.qp.as_ptr() {
+            return None;
+        }
+        // The slot still holds the request's payload only if no completion or reset took it.
+        let slot = self.send.take(wc.wr_id())?;
         wc.consume();
         Some(slot.payload.into_sent())
     }
@@ -1249,7 +1125,9 @@ impl<B: RecvBuffer> PinnedDrop for QueuePair<B> {
                 ret
             );
             self.recv.leak_all();
-            core::mem::forget(core::mem::take(&mut self.send.lock().entries));
+            while let Some(slot) = self.send.take_any() {
+                core::mem::forget(slot);
+            }
             core::mem::forget(self.pd.clone());
             core::mem::forget(self.srq.clone());
             core::mem::forget(self.send_cq.clone());

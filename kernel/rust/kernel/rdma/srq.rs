@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     bindings,
-    error::{code::EINVAL, from_err_ptr, to_result, Error, Result},
+    error::{code::EINVAL, from_err_ptr, to_result, Result},
     ffi::c_void,
     prelude::*,
     sync::Arc,
@@ -69,16 +69,16 @@ unsafe extern "C" fn srq_event_callback(event: *mut bindings::ib_event, context:
 #[pin_data(PinnedDrop)]
 pub struct SharedReceiveQueue<B: RecvBuffer = DmaBuffer> {
     srq: NonNull<bindings::ib_srq>,
-    #[pin]
     ring: RecvRing<B>,
     pd: Arc<ProtectionDomain>,
     events: Option<NonNull<Arc<dyn SrqEventHandler>>>,
 }
 
-// SAFETY: The core allows SRQs to be used from any thread; the ring is behind a lock.
+// SAFETY: The core allows SRQs to be used from any thread; the ring's slots are shared
+// safely (`WorkSlots`).
 unsafe impl<B: RecvBuffer> Send for SharedReceiveQueue<B> {}
-// SAFETY: Shared access posts (callable concurrently) and takes buffers back under the
-// ring's lock; the buffers are `Send`.
+// SAFETY: Shared access posts (callable concurrently) and takes buffers back from the
+// ring's slots, each slot by one thread at a time; the buffers are `Send`.
 unsafe impl<B: RecvBuffer> Sync for SharedReceiveQueue<B> {}
 
 impl<B: RecvBuffer> super::private::Sealed for SharedReceiveQueue<B> {}
@@ -156,7 +156,7 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
         .inspect_err(|_| free_events())?;
         let init = pin_init!(Self {
             srq,
-            ring <- ring,
+            ring,
             pd: pd.clone(),
             events,
         });
@@ -189,8 +189,8 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
     }
 
     /// Posts `buf` for the next message any attached queue pair receives. On failure the
-    /// buffer comes back with the error.
-    pub fn post_recv(&self, buf: B) -> core::result::Result<(), (Error, B)> {
+    /// buffer is freed.
+    pub fn post_recv(&self, buf: B) -> Result {
         self.ring
             .post(buf, (self.pd.device(), self.pd.local_dma_lkey()), |wr| {
                 let mut bad = core::ptr::null();

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Work request slots: what a queue keeps for each request it posted, until the completion
+//! that names the request takes it back.
+//!
+//! A request's `wr_id` is `serial << 32 | index`: the slot's index, and the serial of the
+//! queue at the time, renewed when the queue is reset so that a completion of a request the
+//! reset discarded matches none posted afterwards.
+//!
+//! Posting and completing run on different CPUs at once (a send posted from the transmit
+//! path while NAPI reaps the last one), and a reset takes every slot back. Each slot has a
+//! state word instead of a lock: a slot is claimed, filled, taken and emptied by
+//! compare-and-exchange on that word alone, so a post and a completion never wait for each
+//! other, and whoever moved a slot to `BUSY` is the only one to touch its contents.
+
+use crate::{
+    alloc::{flags::GFP_KERNEL, KVec},
+    error::Result,
+};
+use core::{
+    cell::UnsafeCell,
+    sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering},
+};
+
+/// The state of a slot that holds nothing.
+const EMPTY: u64 = 0;
+/// The state of a slot being filled or emptied. Never a `wr_id`: no queue has 2^32 slots.
+const BUSY: u64 = u64::MAX;
+
+/// A serial for a queue, never 0: a work request id of serial 0 names no request, which is
+/// what a completion already used up carries ([`super::cq::WorkCompletion::consume`]).
+fn next_serial() -> u32 {
+    /// Numbers every queue of this kernel, so that a completion left in a shared CQ by a
+    /// destroyed queue is never taken for one of a new queue at the same address.
+    static SERIAL: AtomicU32 = AtomicU32::new(1);
+    loop {
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        if serial != 0 {
+            return serial;
+        }
+    }
+}
+
+struct Slot<T> {
+    /// `EMPTY`, `BUSY`, or the `wr_id` of the posted request whose `T` the slot holds.
+    state: AtomicU64,
+    value: UnsafeCell<Option<T>>,
+}
+
+/// What a queue keeps of each posted request, by work request index.
+///
+/// # Invariants
+///
+/// - The `value` of a slot is accessed only by the thread that moved the slot's `state` to
+///   `BUSY` (by a compare-and-exchange, so one thread at a time), until that thread stores
+///   another state with release ordering.
+/// - A slot whose state is a `wr_id` holds `Some`: what the request of that `wr_id` uses,
+///   posted or about to be; an `EMPTY` slot holds `None`.
+/// - `slots` has fewer than `u32::MAX` entries, so no `wr_id` equals `BUSY`; serials are not
+///   0, so no `wr_id` equals `EMPTY`.
+pub(crate) struct WorkSlots<T> {
+    serial: AtomicU32,
+    /// Where the next claim starts looking: requests complete about in the order posted.
+    next: AtomicUsize,
+    slots: KVec<Slot<T>>,
+}
+
+// SAFETY: A slot's value is reached only by the one thread that holds the slot `BUSY` (type
+// invariant), so sharing the table shares no `T` between threads; `T: Send` lets it move to
+// whichever thread takes it.
+unsafe impl<T: Send> Sync for WorkSlots<T> {}
+
+impl<T> WorkSlots<T> {
+    /// A table of `n` empty slots.
+    pub(crate) fn new(n: u32) -> Result<Self> {
+        let n = n.min(u32::MAX - 1);
+        let mut slots = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+        for _ in 0..n {
+            slots.push(
+                Slot {
+                    state: AtomicU64::new(EMPTY),
+                    value: UnsafeCell::new(None),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        // INVARIANT: every slot is empty; `n` is below `u32::MAX`.
+        Ok(Self {
+            serial: AtomicU32::new(next_serial()),
+            next: AtomicUsize::new(0),
+            slots,
+        })
+    }
+
+    /// Claims an empty slot for a request about to be posted, preferring ring order;
+    /// `None` when every slot is in use.
+    #[inline]
+    pub(crate) fn claim(&self) -> Option<Claim<'_, T>> {
+        let n = self.slots.len();
+        let start = self.next.load(Ordering::Relaxed).min(n);
+        let (index, _) = Iterator::chain(start..n, 0..start)
+            .filter_map(|i| Some((i, self.slots.get(i)?)))
+            .find(|(_, slot)| {
+                slot.state
+                    .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            })?;
+        let next = index.checked_add(1).filter(|&i| i < n).unwrap_or(0);
+        self.next.store(next, Ordering::Relaxed);
+        let wr_id = (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64;
+        Some(Claim {
+            table: self,
+            index,
+            wr_id,
+        })
+    }
+
+    /// Takes what the request `wr_id` left in its slot, if the slot still holds that
+    /// request's (it does not once taken, or after a reset renewed the serial).
+    #[inline]
+    pub(crate) fn take(&self, wr_id: u64) -> Option<T> {
+        if wr_id == EMPTY || wr_id == BUSY {
+            return None;
+        }
+        let slot = self.slots.get((wr_id & 0xffff_ffff) as usize)?;
+        slot.state
+            .compare_exchange(wr_id, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // SAFETY: This thread moved the slot to `BUSY` above, so no other accesses the value
+        // until the store below (type invariant).
+        let value = unsafe { (*slot.value.get()).take() };
+        // INVARIANT: the slot is emptied, then released.
+        slot.state.store(EMPTY, Ordering::Release);
+        value
+    }
+
+    /// Takes what any one request left in its slot, for a queue the device gave up (a
+    /// reset, a destroy that failed); `None` once every slot is empty.
+    pub(crate) fn take_any(&self) -> Option<T> {
+        self.slots.iter().find_map(|slot| {
+            let state = slot.state.load(Ordering::Relaxed);
+            if state == EMPTY || state == BUSY {
+                return None;
+            }
+            // The index is the slot's own: `take` finds this slot.
+            self.take(state)
+        })
+    }
+
+    /// Renews the serial: completions of requests posted so far match none posted from now
+    /// on (a reset, before it takes the slots back).
+    pub(crate) fn renew(&self) {
+        self.serial.store(next_serial(), Ordering::Relaxed);
+    }
+
+    /// Slots in use: requests posted and not completed, and posts under way.
+    pub(crate) fn used(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|slot| slot.state.load(Ordering::Relaxed) != EMPTY)
+            .count()
+    }
+}
+
+/// A slot claimed for a request: filled with what the request uses ([`Claim::fill`]) just
+/// before it is posted, or given back empty when dropped.
+pub(crate) struct Claim<'a, T> {
+    table: &'a WorkSlots<T>,
+    index: usize,
+    wr_id: u64,
+}
+
+impl<T> Claim<'_, T> {
+    /// Puts `value` in the slot and returns the `wr_id` to post the request with: from now
+    /// on the completion of that `wr_id` (or a reset) takes it back.
+    #[inline]
+    pub(crate) fn fill(self, value: T) -> u64 {
+        let this = core::mem::ManuallyDrop::new(self);
+        let wr_id = this.wr_id;
+        if let Some(slot) = this.table.slots.get(this.index) {
+            // SAFETY: The claim holds the slot `BUSY` (moved there by `claim`), so this thread
+            // alone accesses the value until the store below.
+            unsafe { *slot.value.get() = Some(value) };
+            // INVARIANT: the slot holds the request's value before it names the request.
+            slot.state.store(wr_id, Ordering::Release);
+        }
+        wr_id
+    }
+}
+
+impl<T> Drop for Claim<'_, T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.table.slots.get(self.index) {
+            // INVARIANT: the claim never filled the slot, which is still empty.
+            slot.state.store(EMPTY, Ordering::Release);
+        }
+    }
+}
