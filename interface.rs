@@ -18,7 +18,7 @@ use crate::{
     fabric::{Answered, SaOwner, SaPort},
     flush::PendingFlushes,
     ipoib_cm::ConnectedMode,
-    ipoib_ud::{completions, send_sges, UdConfig, UdDatapath},
+    ipoib_ud::{send_sges, Completions, UdConfig, UdDatapath},
     local_gid::LocalGid,
     log_name::LogName,
     mcast::{Multicast, SaJoiner, SyncReport},
@@ -531,12 +531,22 @@ impl Interface {
     /// in `paths` while the resolve work item makes it.
     pub(crate) fn xmit(this: ArcBorrow<'_, Self>, skb: SkBuff, dev: &NetDevice) {
         let c = &this.counters;
-        let mut hdr = [0u8; HARD_HEADER_LEN];
         // Without its partition the queue pair is not ready (and the carrier off).
-        if !this.has_partition() || skb.copy_bits(0, &mut hdr).is_err() {
+        if !this.has_partition() {
             bump(&c.tx_dropped, 1);
             return;
         }
+        // The headers are in the linear part unless the packet was built elsewhere (a
+        // packet socket's): then they are copied out.
+        let mut copy = [0u8; HARD_HEADER_LEN];
+        let hdr = match skb.data().get(..HARD_HEADER_LEN) {
+            Some(hdr) => hdr,
+            None if skb.copy_bits(0, &mut copy).is_ok() => &copy,
+            None => {
+                bump(&c.tx_dropped, 1);
+                return;
+            }
+        };
         let (addr, encap) = hdr.split_at(HWADDR_LEN);
         let (Ok(dest), Ok((encap, _))) = (HwAddr::from_bytes(addr), EncapHeader::parse(encap))
         else {
@@ -659,22 +669,21 @@ impl Interface {
     /// NAPI: handles up to `budget` receives and all send completions, sends the held
     /// packets whose handles now exist and what waits on connections; completes the round
     /// unless the budget was used up.
-    pub(crate) fn poll(&self, napi: &Napi, budget: Budget<'_>) -> Polled {
+    pub(crate) fn poll(&self, napi: &Napi, budget: Budget<'_>, wcs: &mut Completions) -> Polled {
         let dev = napi.device();
-        let mut wcs = completions();
         let mut tally = Tally::new(&self.counters);
         // Send completions free their packets, return credits and restart a stopped queue.
-        self.ud.poll_sends(&mut wcs, &mut tally);
+        self.ud.poll_sends(wcs, &mut tally);
         self.paths.send_ready(&self.ud, dev);
         let mut again = match &self.cm {
-            Some(cm) => cm.poll_tx(dev, &mut wcs, &mut tally),
+            Some(cm) => cm.poll_tx(dev, wcs, &mut tally),
             None => false,
         };
         self.credits.wake_if_room(dev);
         let recvs = self.ud.take_recvs();
         let done = if recvs {
             self.ud
-                .poll_recvs(napi, budget.get(), &mut wcs, &mut tally, |wc, tally| {
+                .poll_recvs(napi, budget.get(), wcs, &mut tally, |wc, tally| {
                     // Not the UD queue pair's: a receive connection's.
                     if let Some(cm) = &self.cm {
                         cm.receive(wc, napi, tally);

@@ -44,14 +44,10 @@ const MAX_IB_MTU: usize = 4096;
 /// Completions handled per CQ poll call.
 const POLL_BATCH: usize = 16;
 
-/// Room for one batch of work completions, polled into. A NAPI round zeroes one and reuses
-/// it for every CQ it polls: only the first entries a poll reports are read.
+/// Room for one batch of work completions, polled into: the NAPI context's own, made once
+/// with the net_device (its poll state) and reused for every CQ of every round; only the
+/// first entries a poll reports are read.
 pub(crate) type Completions = [WorkCompletion; POLL_BATCH];
-
-/// An empty batch, to poll into.
-pub(crate) const fn completions() -> Completions {
-    [const { WorkCompletion::new() }; POLL_BATCH]
-}
 
 /// The work item that brings a failed queue pair back.
 const RECOVER_WORK: u64 = 0;

@@ -9,6 +9,7 @@ use crate::{
     child::{parse_pkey, ChildInterface, Children, Request},
     debugfs::DebugName,
     interface::{Interface, TX_TIMEOUT_MS},
+    ipoib_ud::Completions,
     stats,
     wire::{self, EncapHeader, HwAddr, HARD_HEADER_LEN, HWADDR_LEN, MIN_MTU},
 };
@@ -138,6 +139,7 @@ fn follow_parent(iface: &Interface, rtnl: &Rtnl, up: bool) {
 #[vtable]
 impl Operations for IpoibNetdev {
     type Data = Arc<Interface>;
+    type PollState = Completions;
 
     fn setup(dev: &mut Setup) {
         dev.set_type(ARPHRD_INFINIBAND);
@@ -210,13 +212,12 @@ impl Operations for IpoibNetdev {
         ethertype: u16,
         daddr: Option<&[u8]>,
     ) -> Result<u32> {
-        let daddr = daddr.ok_or(EINVAL)?;
-        let dest = HwAddr::from_bytes(daddr).map_err(|_| EINVAL)?;
-        skb.push(wire::ENCAP_HEADER_LEN as u32)?
-            .copy_from_slice(&EncapHeader { ethertype }.to_bytes());
-        // The destination rides in front as a pseudo header, read back by transmit.
-        skb.push(HWADDR_LEN as u32)?
-            .copy_from_slice(dest.as_bytes());
+        let dest = HwAddr::from_bytes(daddr.ok_or(EINVAL)?).map_err(|_| EINVAL)?;
+        // The destination rides in front of the encapsulation header as a pseudo header,
+        // read back by transmit: both pushed at once.
+        let (pseudo, encap) = skb.push(HARD_HEADER_LEN as u32)?.split_at_mut(HWADDR_LEN);
+        pseudo.copy_from_slice(dest.as_bytes());
+        encap.copy_from_slice(&EncapHeader { ethertype }.to_bytes());
         Ok(HARD_HEADER_LEN as u32)
     }
 
@@ -234,10 +235,11 @@ impl Operations for IpoibNetdev {
     fn napi_poll(
         _dev: &NetDevice,
         iface: ArcBorrow<'_, Interface>,
+        wcs: &mut Completions,
         napi: &Napi,
         budget: Budget<'_>,
     ) -> Polled {
-        iface.poll(napi, budget)
+        iface.poll(napi, budget, wcs)
     }
 
     fn set_rx_mode(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, mc: &McAddrs<'_>) {

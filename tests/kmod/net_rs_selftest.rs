@@ -46,6 +46,10 @@ struct Counters {
     tx_dropped: AtomicU64,
     rx_packets: AtomicU64,
     rx_bytes: AtomicU64,
+    /// NAPI rounds, and the count the poll state (`Operations::PollState`) kept of them: the
+    /// same if the state lives from one round to the next.
+    polls: AtomicU64,
+    state_rounds: AtomicU64,
     #[pin]
     backlog: SpinLockBh<KVec<SkBuff>>,
     napi: NapiHandle,
@@ -58,6 +62,7 @@ struct TestDevice;
 #[vtable]
 impl Operations for TestDevice {
     type Data = Arc<Counters>;
+    type PollState = u64;
 
     fn setup(dev: &mut Setup) {
         dev.set_type(ARPHRD_NONE);
@@ -77,10 +82,15 @@ impl Operations for TestDevice {
         Ok(())
     }
 
-    fn stop(dev: &NetDevice, _data: ArcBorrow<'_, Counters>, _rtnl: &Rtnl) -> Result {
+    fn stop(dev: &NetDevice, data: ArcBorrow<'_, Counters>, _rtnl: &Rtnl) -> Result {
         dev.stop_queue();
         dev.carrier_off();
-        pr_info!("{}: stop\n", dev.name());
+        pr_info!(
+            "{}: stop after {} NAPI rounds, {} counted in the poll state\n",
+            dev.name(),
+            data.polls.load(Ordering::Relaxed),
+            data.state_rounds.load(Ordering::Relaxed)
+        );
         Ok(())
     }
 
@@ -117,9 +127,13 @@ impl Operations for TestDevice {
     fn napi_poll(
         _dev: &NetDevice,
         data: ArcBorrow<'_, Counters>,
+        rounds: &mut u64,
         napi: &Napi,
         budget: Budget<'_>,
     ) -> Polled {
+        *rounds += 1;
+        data.polls.fetch_add(1, Ordering::Relaxed);
+        data.state_rounds.store(*rounds, Ordering::Relaxed);
         let batch = core::mem::take(&mut *data.backlog.lock());
         let mut done = 0;
         for skb in batch {
@@ -207,6 +221,8 @@ impl kernel::Module for NetSelftest {
                 tx_dropped: AtomicU64::new(0),
                 rx_packets: AtomicU64::new(0),
                 rx_bytes: AtomicU64::new(0),
+                polls: AtomicU64::new(0),
+                state_rounds: AtomicU64::new(0),
                 backlog <- new_spinlock_bh!(KVec::new()),
                 napi: napi_for_data,
             }),

@@ -498,7 +498,11 @@ fn slots_across_reset(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Re
     let mut back = 0;
     qp.reset(drop, |_| back += 1)?;
     if back != 1 || qp.recvs_posted() != 0 {
-        pr_info!("# reset gave back {} buffers, {} still posted\n", back, qp.recvs_posted());
+        pr_info!(
+            "# reset gave back {} buffers, {} still posted\n",
+            back,
+            qp.recvs_posted()
+        );
         return Err(EINVAL);
     }
     up(&qp)?;
@@ -510,7 +514,10 @@ fn slots_across_reset(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Re
     a.send(ah, qp.qp_num(), QKEY, 32)?;
     let mut wc = wait(&b.recv_cq, 2000).ok_or(EAGAIN)?;
     let buf = qp.complete_recv(&mut wc).ok_or(EINVAL)?;
-    let payload = buf.as_slice().get(GRH_LEN..GRH_LEN + PAYLOAD_LEN).ok_or(EINVAL)?;
+    let payload = buf
+        .as_slice()
+        .get(GRH_LEN..GRH_LEN + PAYLOAD_LEN)
+        .ok_or(EINVAL)?;
     if wc.status() != WcStatus::Success || payload.first() != Some(&32) {
         return Err(EIO);
     }

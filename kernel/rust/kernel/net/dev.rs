@@ -22,7 +22,7 @@ use crate::{
     types::{AlwaysRefCounted, ForeignOwnable, Opaque},
 };
 use core::sync::atomic::Ordering;
-use core::{marker::PhantomData, ptr::NonNull};
+use core::{cell::UnsafeCell, marker::PhantomData, ptr::NonNull};
 
 /// A network device (`struct net_device`).
 ///
@@ -557,6 +557,12 @@ pub trait Operations: Sized + 'static {
     /// Per-device driver data, reachable from every callback.
     type Data: ForeignOwnable + Send + Sync;
 
+    /// What only [`Operations::napi_poll`] uses, made when the device is registered and
+    /// dropped when it is released: a batch of completions to poll into, for example, set
+    /// up once rather than at every round. The core never runs two polls of one context at
+    /// once, so each poll has it mutably, without a lock. `()` for none.
+    type PollState: Default + Send;
+
     /// Sets the device's type, sizes and flags before registration.
     fn setup(dev: &mut Setup);
 
@@ -632,6 +638,7 @@ pub trait Operations: Sized + 'static {
     fn napi_poll(
         _dev: &NetDevice,
         _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _state: &mut Self::PollState,
         _napi: &Napi,
         _budget: Budget<'_>,
     ) -> Polled {
@@ -900,6 +907,7 @@ impl<T: Operations> Adapter<T> {
     ///
     /// `dev` must be a device set up by [`Adapter::register`] and not yet released (any
     /// device the core passes to one of our callbacks).
+    #[inline]
     pub(crate) unsafe fn data<'a>(
         dev: *mut bindings::net_device,
     ) -> <T::Data as ForeignOwnable>::Borrowed<'a> {
@@ -918,6 +926,7 @@ impl<T: Operations> Adapter<T> {
     /// # Safety
     ///
     /// As for [`Adapter::data`]; `dev` stays valid for `'a`.
+    #[inline]
     pub(crate) unsafe fn ours<'a>(
         dev: *mut bindings::net_device,
     ) -> (&'a NetDevice, <T::Data as ForeignOwnable>::Borrowed<'a>) {
@@ -996,12 +1005,21 @@ impl<T: Operations> Adapter<T> {
     ) -> c_int {
         // SAFETY: The context is being polled, for this call.
         let napi = unsafe { Napi::from_raw(napi) };
+        let dev = napi.device().as_raw();
         // SAFETY: The context's device is registered and ours.
-        let data = unsafe { Self::data(napi.device().as_raw()) };
+        let data = unsafe { Self::data(dev) };
+        // SAFETY: As above: its private area holds a `Private<T>`.
+        let private = unsafe { Self::private(dev) };
+        // SAFETY: `private` is valid; the field is reached without a reference to the rest.
+        let state = unsafe { core::ptr::addr_of!((*private).poll_state) };
+        // SAFETY: The device has this one NAPI context, whose polls the core never runs at
+        // once, and only this callback reaches the state: no other reference to it exists
+        // while the call lasts.
+        let state = unsafe { &mut *(*state).get() };
         let limit = u32::try_from(budget).unwrap_or(0);
         // SAFETY: `napi` is being polled in this round, of budget `limit`.
         let budget = unsafe { Budget::new(napi, limit) };
-        let done = T::napi_poll(napi.device(), data, napi, budget).work_done();
+        let done = T::napi_poll(napi.device(), data, state, napi, budget).work_done();
         c_int::try_from(done).unwrap_or(0)
     }
 
@@ -1134,6 +1152,8 @@ impl<T: Operations> Adapter<T> {
 struct Private<T: Operations> {
     data: *const c_void,
     napi: Option<NapiHandle>,
+    /// Reached only by the poll callback ([`Operations::PollState`]).
+    poll_state: UnsafeCell<T::PollState>,
     /// The sysfs files; installed as the device's first group.
     _attributes: Option<KBox<AttributeTable<T>>>,
     /// The kind whose operations `rtnl_link_ops` points to: its memory kept until the device
@@ -1159,10 +1179,14 @@ impl<T: Operations> Adapter<T> {
     /// # Safety
     ///
     /// `dev` must have been set up by [`Adapter::register`].
+    #[inline]
     unsafe fn private(dev: *mut bindings::net_device) -> *mut Private<T> {
-        // SAFETY: Such a device has a private area sized for `Private<T>`, aligned by the
-        // core to `NETDEV_ALIGN`.
-        unsafe { bindings::netdev_priv(dev).cast() }
+        // `netdev_priv`, without the call: the private area is the device's trailing `priv`
+        // array, sized for `Private<T>` and aligned by the core to `NETDEV_ALIGN`.
+        const OFFSET: usize = core::mem::offset_of!(bindings::net_device, priv_);
+        // SAFETY: `dev` is a valid device (the caller's guarantee), allocated with its
+        // private area, so the offset stays within the allocation.
+        unsafe { dev.cast::<u8>().add(OFFSET).cast() }
     }
 
     /// Bytes of private area a device of `T` needs.
@@ -1261,6 +1285,7 @@ impl<T: Operations> Adapter<T> {
             slot.write(Private {
                 data: data.into_foreign(),
                 napi,
+                poll_state: UnsafeCell::new(T::PollState::default()),
                 _attributes: attributes,
                 link_kind,
                 owned,

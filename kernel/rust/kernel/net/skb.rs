@@ -158,11 +158,13 @@ impl<'a> SkBuff<Lent<'a>> {
 }
 
 impl<O: Ownership> SkBuff<O> {
+    #[inline]
     fn raw(&self) -> *mut bindings::sk_buff {
         self.ptr.as_ptr()
     }
 
     /// Total length of the data, linear part and fragments.
+    #[inline]
     pub fn len(&self) -> u32 {
         // SAFETY: By the type invariant the skb is valid.
         unsafe { (*self.raw()).len }
@@ -173,10 +175,14 @@ impl<O: Ownership> SkBuff<O> {
         self.len() == 0
     }
 
-    /// Length of the linear part.
+    /// Length of the linear part (`skb_headlen`, computed here rather than through a call).
+    #[inline]
     pub fn headlen(&self) -> u32 {
         // SAFETY: By the type invariant the skb is valid.
-        unsafe { bindings::skb_headlen(self.raw()) }
+        let len = unsafe { (*self.raw()).len };
+        // SAFETY: As above.
+        let data_len = unsafe { (*self.raw()).data_len };
+        len.saturating_sub(data_len)
     }
 
     /// Free space in front of the data.
@@ -192,6 +198,7 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// The linear part of the data.
+    #[inline]
     pub fn data(&self) -> &[u8] {
         // SAFETY: By the type invariant the skb is valid.
         let data = unsafe { (*self.raw()).data };
@@ -348,9 +355,25 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// Sets who the packet was addressed to.
+    #[inline]
     pub fn set_pkt_type(&mut self, pkt_type: PacketType) {
-        // `pkt_type` is a bitfield of the `headers` group.
-        self.headers_mut().set_pkt_type(pkt_type as u8);
+        // `pkt_type` is a bitfield in the byte that `__pkt_type_offset` marks, in the bits of
+        // `PKT_TYPE_MAX` (as the kernel's BPF code writes it): one byte read and written,
+        // where the generated bit-by-bit setter takes dozens of instructions.
+        const MASK: u8 = bindings::PKT_TYPE_MAX as u8;
+        // `PKT_TYPE_OFFSET`: the `headers` group is a union whose views both start at its
+        // own offset.
+        const OFFSET: usize = core::mem::offset_of!(bindings::sk_buff, __bindgen_anon_4)
+            + core::mem::offset_of!(
+                bindings::sk_buff__bindgen_ty_4__bindgen_ty_1,
+                __pkt_type_offset
+            );
+        let value = (pkt_type as u8) << MASK.trailing_zeros();
+        // SAFETY: By the type invariant the skb is valid; `OFFSET` lies within it.
+        let byte = unsafe { self.raw().cast::<u8>().add(OFFSET) };
+        // SAFETY: `byte` is the skb's byte holding the bitfield; we hold the skb exclusively
+        // (`&mut self`), and only the bits of `MASK` change.
+        unsafe { *byte = (*byte & !MASK) | (value & MASK) };
     }
 
     /// Appends `len` bytes at `offset` of `page` as the next page fragment; the skb takes

@@ -475,6 +475,12 @@ impl SkbMapping {
         usize::from(skb.headlen() > offset) + skb.nr_frags()
     }
 
+    /// Number of segments mapped: the scatter/gather entries a send of them takes.
+    #[inline]
+    pub(crate) fn mapped_segments(&self) -> usize {
+        usize::from(self.head.is_some()) + self.mapped
+    }
+
     /// The segments as scatter/gather entries with `lkey`; returns how many were written,
     /// `EINVAL` if `out` is too short.
     pub(crate) fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {

@@ -987,24 +987,38 @@ impl<B: RecvBuffer> QueuePair<B> {
         // into its skb first.
         let mapping = unsafe { SkbMapping::new(self.pd.device().as_raw(), skb, offset) }
             .map_err(|(e, _)| e)?;
-        let mut sges = [const { zeroed_sge() }; MAX_SKB_SEGMENTS];
-        let limit = sges.len().min(self.max_send_sge);
+        // Most packets are one segment: their request is built without room for the most.
+        if mapping.mapped_segments() <= 1 {
+            self.post_mapping::<1>(mapping, ud)
+        } else {
+            self.post_mapping::<MAX_SKB_SEGMENTS>(mapping, ud)
+        }
+    }
+
+    /// Posts the segments of `mapping`, at most `N`, as one send.
+    #[inline]
+    fn post_mapping<const N: usize>(
+        &self,
+        mapping: SkbMapping,
+        ud: Option<(&Arc<AddressHandle>, u32, u32)>,
+    ) -> Result {
+        let mut sges = [const { zeroed_sge() }; N];
+        let limit = N.min(self.max_send_sge);
         let filled = sges
             .get_mut(..limit)
             .ok_or(EINVAL)
             .and_then(|sges| mapping.fill_sges(self.pd.local_dma_lkey(), sges));
-        let n = match filled {
-            Ok(n) => n,
+        match filled.map(|n| sges.get_mut(..n)) {
+            Ok(Some(sges)) => self.post_wr(Payload::Skb(mapping), sges, ud),
+            Ok(None) => {
+                drop(mapping.into_skb());
+                Err(EINVAL)
+            }
             Err(e) => {
                 drop(mapping.into_skb());
-                return Err(e);
+                Err(e)
             }
-        };
-        let Some(sges) = sges.get_mut(..n) else {
-            drop(mapping.into_skb());
-            return Err(EINVAL);
-        };
-        self.post_wr(Payload::Skb(mapping), sges, ud)
+        }
     }
 
     /// Posts a signalled send of the memory `sges` describe, which `payload` owns. The

@@ -13,7 +13,7 @@ if ! modinfo "$SELFTEST" >/dev/null 2>&1; then
 	ktap_skip_all "module $SELFTEST not built (CONFIG_INFINIBAND_IPOIB_RS_VERBS_SELFTEST)"
 	exit "$KSFT_SKIP"
 fi
-ktap_set_plan 9
+ktap_set_plan 10
 klog_mark
 start_mark=$KLOG_MARK
 
@@ -54,6 +54,15 @@ ipoib_check "odd, too large and too small MTUs refused" mtu_refused
 klog_mark
 ipoib_check "rmmod while up: stop called, device gone" \
 	eval 'rmmod "$SELFTEST" && klog_since | grep -q "$DEV: stop" && ! [ -e /sys/class/net/$DEV ]'
+# The poll state (Operations::PollState) is the device's, made once: it counted every round.
+poll_state() {
+	local line polls counted
+	line=$(klog_since | grep -o "$DEV: stop after [0-9]* NAPI rounds, [0-9]* counted" | tail -1)
+	echo "${line:-no stop line}"
+	polls=$(echo "$line" | awk '{print $4}') counted=$(echo "$line" | awk '{print $7}')
+	[ -n "$polls" ] && [ "$polls" -ge 5 ] && [ "$polls" = "$counted" ]
+}
+ipoib_check "NAPI poll state kept from round to round (every round counted in it)" poll_state
 KLOG_MARK=$start_mark
 ipoib_check "kernel log clean" klog_clean_since
 ktap_finished
