@@ -533,11 +533,10 @@ impl QpChange {
 /// `qp` was returned by `ib_create_qp_kernel` in `pd` with `send_cq` and `recv_cq`, and is
 /// destroyed only in `drop`, before the buffers in `send` and `recv` are freed and before
 /// `events` (if any: a `KBox` turned into a raw pointer, the context of the queue pair's
-/// event callback) is freed. Every `Some` slot holds the buffer of a work request posted
-/// with that slot's `wr_id` that has not been completed through this object, or, while
-/// `posting` is held, of the one being posted; during a reset, also of requests the device
-/// dropped, whose `wr_id` carries the serial before it was renewed. While `posting` counts
-/// a reset, no send is posted.
+/// event callback) is freed. A slot whose state is a `wr_id` holds the buffer of the work
+/// request posted (or about to be) with that `wr_id` and not completed through this
+/// object; during a reset, also of requests the device dropped, whose `wr_id` carries the
+/// serial before it was renewed. While `posting` counts a reset, no send is posted.
 #[pin_data(PinnedDrop)]
 pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     qp: NonNull<bindings::ib_qp>,
@@ -562,10 +561,11 @@ pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     recv_cq: Arc<dyn RawCompletionQueue>,
 }
 
-// SAFETY: The core allows a QP to be used from any thread; the slots are behind locks.
+// SAFETY: The core allows a QP to be used from any thread; the buffers are `Send`.
 unsafe impl<B: RecvBuffer> Send for QueuePair<B> {}
 // SAFETY: Shared access posts (the core's posting functions may run concurrently) and
-// takes slots back under their locks; the buffers are `Send`.
+// takes buffers back from the slots, each slot by one thread at a time (`WorkSlots`); the
+// buffers are `Send`.
 unsafe impl<B: RecvBuffer> Sync for QueuePair<B> {}
 
 /// The lock classes of every queue pair's posting lock and multicast list. Lockdep wants
