@@ -8,7 +8,8 @@
 # unit) and bench/results/latest.png (a chart, when gnuplot is installed). Everything runs on
 # the bench kernel (IPOIB_RS_FLAVOUR=bench: the test kernel without its lock debugging,
 # built in a tree of its own on first use, about 15 minutes).
-# Usage: scripts/bench.sh [--from LOGDIR]   (--from: summarise an earlier run's logs again)
+# Usage: scripts/bench.sh [--from LOGDIR]   (--from: summarise an earlier run's logs again;
+#        LOGDIR is the run's folder, $IPOIB_RS_CACHE/out/logs/<run>, which each run prints)
 #        scripts/bench.sh --scaling [--from LOGDIR]
 # --scaling: one guest, TCP streams from 1, 8 and 64 connected-mode peers at once into one
 # interface (one_host_scaling_bench.sh): total throughput and kernel memory per peer count,
@@ -16,14 +17,18 @@
 #        scripts/bench.sh --profile [--from LOGDIR]
 # --profile: two guests, where a TCP_RR transaction's time goes in datagram and connected
 # mode (two_hosts_profile.sh): raw UD and RC verbs latency, TCP_RR, and a system-wide perf
-# profile of both hosts during TCP_RR (busy samples by module and function), written to
+# profile of both hosts during TCP_RR (busy samples by module and function; Rust names
+# demangled by rustfilt, which cargo installs on first use), written to
 # bench/results/profile.txt, with the RC retransmissions of connected-mode UDP streams at
 # Ethernet MTU 1500 and 9000. IPOIB_RS_PROFILE_SECS sets each run's time (default 20).
 #        scripts/bench.sh --vs-c [--from LOGDIR]
 # --vs-c: two guests on the InfiniBand fabric (two-hosts-ib), ours against the C ipoib on
 # the same link in the same run (two_hosts_ib_bench.sh): each run measures the in-kernel
-# reference (raw RC and UD streams through the kernel verbs, rdma_rs_selftest's stream
-# mode), then one driver on both guests, then the other (C first in odd runs, ours in even
+# reference (raw RC and UD streams through the kernel verbs: rdma_rs_selftest loaded with
+# stream=1|2 on both guests, RC messages of 65520 bytes into a shared receive queue, UD
+# datagrams of the port's MTU, ib_ipoib's queue depths, completions taken on events; the
+# figure is what arrived at the receiver), then one driver on both guests, then the other
+# (C first in odd runs, ours in even
 # ones; IPOIB_RS_BENCH_FIRST=rust the other way round, also for the profiles and traces),
 # in datagram mode and in connected mode
 # at MTU 65520 (netperf TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM at the MTU, four TCP
@@ -36,8 +41,12 @@
 # to bench/results/vs-c-profile.txt; with IPOIB_RS_PROFILE_TEST=TCP_RR its TCP_RR instead,
 # to bench/results/vs-c-profile-tcp_rr.txt (IPOIB_RS_BENCH_RUNS=0: the profiles alone).
 # With IPOIB_RS_TRACE_SECS set, each driver's TCP_RR in each mode is traced on both guests
-# (tracefs events: sends and receives on ib0 and eth0, rxe's tasks, NAPI rounds) and split
-# into where a transaction's time goes, written to bench/results/vs-c-trace.txt. With
+# (tracefs events: sends and receives on ib0 and eth0, rxe's tasks, NAPI rounds, NET_RX
+# softirqs; the bench kernel has event tracing without the function tracer) and split into
+# intervals (send to rxe's task and to the wire, wire to rxe's task and to the stack, the
+# application's turn, the round trip), with what each host did per transaction (time in
+# rxe's tasks and NET_RX softirqs, CPU busy and idle, context switches, interrupts, IPIs,
+# softirqs of each kind, idle-state entries), written to bench/results/vs-c-trace.txt. With
 # IPOIB_RS_PRELUDE_SECS=N, each profiled or traced run follows an N-second TCP_MAERTS.
 #        scripts/bench.sh --cost [--from LOGDIR]
 # --cost: the guest instructions a fixed amount of work costs, ours against the C ipoib on
@@ -63,6 +72,10 @@ runs=${IPOIB_RS_BENCH_RUNS:-3}
 RUSTFILT_VERSION=0.2.1
 dest=$REPO/bench/results
 rc=0
+# What the results were measured on, recorded with them: the commit (+ when the work tree
+# differs from it) and the kernel flavour.
+commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$REPO" diff --quiet HEAD 2>/dev/null || commit+=+
 
 # run_guests NAME TOPOLOGY PROGRAM TIMEOUT [GUEST-ARGS]: sets up and builds, runs PROGRAM in
 # the guests of TOPOLOGY (IPOIB_RS_VM_TIMEOUT, else TIMEOUT seconds), and leaves the run's
@@ -128,7 +141,7 @@ if [ "${1:-}" = --cost ]; then
 		--rust-ko "$(find "$OUT/$FLAVOUR/modroot" -name ib_ipoib.ko | head -n 1)" \
 		--c-ko "$OUT/$FLAVOUR/ipoib-c.ko" --json "$dest/cost.json" --markdown "$dest/cost.md" \
 		--symbols "$dest/cost-symbols.txt" --rustfilt "$TOOLS/bin/rustfilt" \
-		--commit "$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD || echo +)" \
+		--commit "$commit" \
 		--flavour "$IPOIB_RS_FLAVOUR" || rc=1
 	echo "logs: $logs"
 	exit $rc
@@ -142,14 +155,15 @@ if [ "${1:-}" = --scaling ]; then
 	lines=$(grep -a '^# # SCALE ' "$logs/host0.results" | sed 's/^# # //' || true)
 	[ -n "$lines" ] || die "no figures in $logs/host0.results"
 	mkdir -p "$dest"
-	echo "$lines" | awk -v json="$dest/scaling.json" -v when="$(date -u +%FT%TZ)" '
+	echo "$lines" | awk -v json="$dest/scaling.json" -v when="$(date -u +%FT%TZ)" \
+		-v commit="$commit" -v flavour="$IPOIB_RS_FLAVOUR" '
 	BEGIN { printf "%6s %14s %14s %16s\n", "peers", "Mbit/s total", "memory KiB", "KiB per peer" }
 	{
 		n[++k] = $2; bw[k] = $3; mem[k] = $4
 		printf "%6d %14.2f %14d %16.1f\n", $2, $3, $4, $4 / $2
 	}
 	END {
-		printf "{\n  \"date\": \"%s\",\n  \"figures\": [\n", when > json
+		printf "{\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"kernel_flavour\": \"%s\",\n  \"figures\": [\n", when, commit, flavour > json
 		for (i = 1; i <= k; i++)
 			printf "    {\"peers\": %d, \"throughput_mbit_s\": %.3f, \"kernel_memory_kib\": %d, \"kernel_memory_kib_per_peer\": %.1f}%s\n", n[i], bw[i], mem[i], mem[i] / n[i], i < k ? "," : "" > json
 		printf "  ]\n}\n" > json
@@ -171,7 +185,7 @@ if [ "${1:-}" = --profile ]; then
 	[ -n "$lat" ] && [ -n "$prof" ] || die "no figures in $logs"
 	mkdir -p "$dest"
 	{
-		echo "# ipoib-rs: where TCP_RR time goes ($(date -u +%FT%TZ); logs $(basename "$logs"))"
+		echo "# ipoib-rs: where TCP_RR time goes ($(date -u +%FT%TZ); $IPOIB_RS_FLAVOUR kernel, commit $commit)"
 		echo "# LAT name value unit: raw verbs latency and netperf TCP_RR rates (client)"
 		echo "$lat"
 		echo "# PROF mode role dso|sym share name: % of busy (non-idle) perf samples during TCP_RR"
@@ -204,7 +218,7 @@ if [ "${1:-}" = --vs-c ]; then
 	failed=0
 	if [ -n "$trace" ]; then
 		{
-			echo "# ipoib-rs against the C ipoib: TCP_RR traced ($(date -u +%FT%TZ); $IPOIB_RS_FLAVOUR kernel; logs $(basename "$logs"))"
+			echo "# ipoib-rs against the C ipoib: TCP_RR traced ($(date -u +%FT%TZ); $IPOIB_RS_FLAVOUR kernel, commit $commit)"
 			echo "# TRACE <driver>-<mode> role interval median M mean M us n N: from an event to the first of the other kind after it"
 			echo "# TRACE <driver>-<mode> role event per_ib0_send R n N: events of that kind per packet ib0 sent"
 			echo "$trace" | sort -k3,3 -k4,4 -k2,2
@@ -214,7 +228,8 @@ if [ "${1:-}" = --vs-c ]; then
 	fi
 	if [ -n "$lines" ]; then
 		echo "$lines" | awk -v json="$dest/vs-c.json" -v dat="$dest/vs-c.dat" \
-			-v when="$(date -u +%FT%TZ)" -v logs="$(basename "$logs")" -f "$REPO/scripts/vs-c.awk" ||
+			-v when="$(date -u +%FT%TZ)" -v commit="$commit" -v flavour="$IPOIB_RS_FLAVOUR" \
+			-f "$REPO/scripts/vs-c.awk" ||
 			failed=$?
 		echo "wrote $dest/vs-c.json"
 		if command -v gnuplot >/dev/null; then
@@ -241,7 +256,7 @@ EOF
 	fi
 	if [ -n "$prof" ]; then
 		{
-			echo "# ipoib-rs against the C ipoib: $profile_test profiles ($(date -u +%FT%TZ); logs $(basename "$logs"))"
+			echo "# ipoib-rs against the C ipoib: $profile_test profiles ($(date -u +%FT%TZ); $IPOIB_RS_FLAVOUR kernel, commit $commit)"
 			echo "# PROF <driver>-<mode> role dso|kind|sym share name: % of busy (non-idle) perf samples"
 			echo "$prof"
 			if grep -qa '^# LOCKS ' "$logs"/host*.results; then
@@ -268,7 +283,8 @@ runs=$(echo "$lines" | awk '{ if ($4 > n) n = $4 } END { print n + 0 }')
 mkdir -p "$dest"
 
 # Medians, spreads and ratios, as a table and as JSON. Lines: BENCH mtu name run value unit cpu.
-echo "$lines" | awk -v runs="$runs" -v json="$dest/latest.json" -v dat="$dest/latest.dat" -v when="$(date -u +%FT%TZ)" '
+echo "$lines" | awk -v runs="$runs" -v json="$dest/latest.json" -v dat="$dest/latest.dat" -v when="$(date -u +%FT%TZ)" \
+	-v commit="$commit" -v flavour="$IPOIB_RS_FLAVOUR" '
 function median(key,   n, i, j, t, a) {
 	n = split(vals[key], a, " ")
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -287,7 +303,7 @@ END {
 		if (unit[key] == "Mbit/s" && cpu[key] != "") { vals["cpu " key] = cpu[key]; cmed[key] = median("cpu " key) }
 	}
 	printf "%-6s %-34s %10s %18s %7s %9s\n", "MTU", "measurement", "median", "min..max", "/ RC", "CPU s/MB"
-	printf "{\n  \"date\": \"%s\",\n  \"runs\": %d,\n  \"figures\": [\n", when, runs > json
+	printf "{\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"kernel_flavour\": \"%s\",\n  \"runs\": %d,\n  \"figures\": [\n", when, commit, flavour, runs > json
 	for (i = 1; i <= nkeys; i++) {
 		key = order[i]; split(key, k, " "); mtu = k[1]; name = k[2]
 		rc = med[mtu " rc_perftest_bw"]

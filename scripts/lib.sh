@@ -7,7 +7,8 @@ RUST_VERSION=1.95.0
 BINDGEN_VERSION=0.71.1
 KERNEL_VERSION=6.12
 TOOLS=$CACHE/tools
-# Build flavour: "default" or "debug" (KASAN, kmemleak, lockdep); one build tree each.
+# Build flavour: "default" (the test kernel, with lockdep), "debug" (KASAN, kmemleak,
+# lockdep) or "bench" (no lock debugging); one build tree each.
 FLAVOUR=${IPOIB_RS_FLAVOUR:-default}
 SRC=$CACHE/linux-pristine
 KTREE=$CACHE/linux-src

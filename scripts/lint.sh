@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# House rules of ipoib-rs, checked: rustfmt, and no compiler or clippy warning in our Rust
-# code (driver, kernel/ overlay, test module). Our files are recompiled with CLIPPY=1 so that
-# an incremental build still shows their warnings. Run after scripts/build.sh.
-# Usage: scripts/lint.sh [--fix]   (--fix rewrites the files with rustfmt instead of checking)
+# House rules of ipoib-rs, checked: no text records how the repository was developed
+# (scripts/check-words.py: sessions, the log folders of particular runs, what a run showed),
+# rustfmt, and no compiler or clippy warning in our Rust code (driver, kernel/ overlay, test
+# module). Our files are recompiled with CLIPPY=1 so that an incremental build still shows
+# their warnings. Run after scripts/build.sh (the words check alone needs no build).
+# Usage: scripts/lint.sh [--fix|--words|--no-words]
+#   --fix       rewrites the files with rustfmt instead of checking
+#   --words     runs the words check alone
+#   --no-words  leaves the words check out (scripts/test.sh runs it as a test of its own)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+
+rc=0
+case "${1:-}" in
+--words) exec python3 "$REPO/scripts/check-words.py" ;;
+--no-words | --fix) ;;
+"") python3 "$REPO/scripts/check-words.py" >&2 || rc=1 ;;
+*) die "usage: scripts/lint.sh [--fix|--words|--no-words]" ;;
+esac
 
 mapfile -t files < <(cd "$REPO" && git ls-files '*.rs' 2>/dev/null || find . -name '*.rs' -not -path './tests/wire/target/*')
 cd "$REPO"
@@ -13,7 +26,6 @@ if [ "${1:-}" = --fix ]; then
 	"${fmt[@]}" "${files[@]}"
 	exit 0
 fi
-rc=0
 if ! "${fmt[@]}" --check "${files[@]}" >/dev/null 2>&1; then
 	log "rustfmt: these files need formatting (scripts/lint.sh --fix):"
 	"${fmt[@]}" --check -l "${files[@]}" 2>/dev/null | sed 's/^/  /' >&2 || true

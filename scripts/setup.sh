@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install everything ipoib-rs needs to build and test on Debian 12 (run as root).
 # Idempotent: each step checks first and returns quickly when nothing is missing.
+# rustup is installed from Debian where Debian packages it (Debian 13); on Debian 12, which
+# does not, this stops and prints the command of the official installer to run first.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -41,8 +43,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Rust: the pinned toolchain with the sources of core, plus bindgen.
-command -v rustup >/dev/null || die "rustup not found: install rustup, then rerun"
+# Rust: the pinned toolchain with the sources of core, plus bindgen. rustup first.
+RUSTUP_INSTALLER="curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --default-toolchain none"
+if ! command -v rustup >/dev/null; then
+	[ "$(id -u)" = 0 ] || die "rustup not found: run as root, or install it with: $RUSTUP_INSTALLER"
+	apt-get update -qq
+	if apt-cache policy rustup 2>/dev/null | grep -Eq '^ *Candidate: [0-9]'; then
+		log "apt-get install rustup"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rustup >/dev/null
+		hash -r
+	fi
+	command -v rustup >/dev/null ||
+		die "rustup not found and this Debian has no package of it: run  $RUSTUP_INSTALLER  then run this again"
+fi
 if ! rustup run "$RUST_VERSION" rustc --version >/dev/null 2>&1 ||
 	! [ -d "$(rustup run "$RUST_VERSION" rustc --print sysroot)/lib/rustlib/src/rust/library" ]; then
 	log "rustup toolchain install $RUST_VERSION"

@@ -27,23 +27,32 @@ step() { # step NAME COMMAND...: a preparation step; its failure fails the suite
 step "set-up (packages, toolchain)" "$REPO/scripts/setup.sh"
 step "kernel and module build ($FLAVOUR)" "$REPO/scripts/build.sh"
 step "initramfs" "$REPO/scripts/initramfs.sh"
-if "$REPO/scripts/lint.sh"; then
-	echo "ok - lint: rustfmt clean, no compiler or clippy warning in our code"
-	passed=$((passed + 1))
-else
-	echo "not ok - lint: rustfmt clean, no compiler or clippy warning in our code"
-	failed=$((failed + 1))
-fi
+check() { # check NAME COMMAND...: a host-side check; its output is shown if it fails.
+	local name=$1 out
+	shift
+	if out=$("$@" 2>&1); then
+		echo "ok - $name"
+		passed=$((passed + 1))
+	else
+		echo "$out"
+		echo "not ok - $name"
+		failed=$((failed + 1))
+	fi
+}
 
-# The README's tables of figures are what the benchmarks' JSON files give.
-if readme_out=$("$REPO/scripts/readme-tables.py" --check 2>&1); then
-	echo "ok - readme: its tables of figures are generated from bench/results/*.json"
-	passed=$((passed + 1))
-else
-	echo "$readme_out"
-	echo "not ok - readme: its tables of figures are generated from bench/results/*.json"
-	failed=$((failed + 1))
-fi
+check "lint: rustfmt clean, no compiler or clippy warning in our code" \
+	"$REPO/scripts/lint.sh" --no-words
+# The tables of figures in README.md and bench/results/README.md are what the benchmarks'
+# result files give.
+check "readme: its tables of figures are generated from bench/results/*.json" \
+	"$REPO/scripts/readme-tables.py" --check
+# Every script, script option and IPOIB_RS_* variable the README names exists.
+check "readme commands: every script, option, variable and path it names exists" \
+	python3 "$REPO/scripts/check-readme.py"
+# No text of the repository records how it was developed (sessions, the log folders of
+# particular runs, what a run showed).
+check "words: no text records how the repository was developed" \
+	python3 "$REPO/scripts/check-words.py"
 
 # Host unit tests of the wire formats.
 out=$(cd "$REPO/tests/wire" && CARGO_TARGET_DIR=$CACHE/cargo-target cargo test 2>&1)

@@ -175,7 +175,7 @@ for i in "${!guests[@]}"; do
 	wanted=${job#*ipoibrs.progs=}
 	for p in $(echo "${wanted%% *}" | tr , ' '); do
 		# Not a pipe into grep -q: grep leaving early would kill tr with SIGPIPE, which
-		# pipefail reports as a missing program (it did once, session 20).
+		# pipefail would report as a missing program.
 		grep -aqx "# selftests: drivers/net/ipoib: $p" < <(tr -d '\r' <"$results" 2>/dev/null) ||
 			report fail "$topology/$g: $p" "did not run$(grep -a -m 1 'No such test' "$results" | sed 's/^/: /')"
 	done

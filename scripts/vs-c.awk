@@ -5,7 +5,8 @@
 # runs behind them, the Rust/C ratio as the median of the runs where both measured (with
 # its spread), and the CPU both hosts spent per unit moved. Failed measurements are listed
 # and counted, never left out silently; the exit status is their number (at most 100).
-# Variables: json (output file), dat (chart data), when (date), logs (the run's name).
+# Variables: json (output file), dat (chart data), when (date), commit and flavour (what was
+# measured: the commit and the kernel flavour).
 
 function sort_list(list, a,   n, i, j, t) {
 	n = split(list, a, " ")
@@ -79,7 +80,7 @@ $1 == "BENCH" {
 END {
 	printf "%-9s %-13s %-8s %-26s %-26s %-22s %-16s %-16s\n", "mode", "test", "unit", "C: median (min..max) n", \
 		"Rust: median (min..max) n", "Rust/C (min..max) pairs", "client CPU R/C", "server CPU R/C"
-	printf "{\n  \"date\": \"%s\",\n  \"logs\": \"%s\",\n  \"runs\": %d,\n  \"failed_measurements\": %d", when, logs, maxrun, nfailures > json
+	printf "{\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"kernel_flavour\": \"%s\",\n  \"runs\": %d,\n  \"failed_measurements\": %d", when, commit, flavour, maxrun, nfailures > json
 	for (i = 1; i <= nkeys; i++) {
 		key = order[i]; split(key, k, SUBSEP); mode = k[1]; test = k[2]
 		if (key in isref) continue

@@ -50,9 +50,8 @@ const PRIVATE_DATA: &[u8] = b"verbs-stream";
 /// How long the receiver waits for the first message, and for the next one before it takes
 /// the stream as ended: a UD stream has nothing to wait for; an RC stream outlasts a few
 /// retransmissions (the local ACK timeout comes from the path's packet lifetime, opensm's
-/// 0x12 plus one: a lost packet is sent again about 2 s later; with a 2 s wait, 3 RC streams
-/// of 8 ended early in session 20, their senders failing). The idle time at the end is not
-/// measured.
+/// 0x12 plus one: a lost packet is sent again about 2 s later, so a 2 s wait can end a
+/// stream whose sender is still retrying). The idle time at the end is not measured.
 const FIRST_MS: i64 = 90_000;
 const UD_IDLE_MS: i64 = 2_000;
 const RC_IDLE_MS: i64 = 8_000;

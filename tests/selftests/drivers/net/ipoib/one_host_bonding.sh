@@ -4,12 +4,21 @@
 # (bond0 is the built-in bonding driver's own) over the interfaces of brxe2 and brxe3; the
 # peer is brxe4's interface in namespace bondpeer. Each of the three soft-RoCE devices sits
 # on a veth pair of its own, the far ends joined by a bridge: one link, on which taking a
-# slave's veth down takes its port down and leaves the others up. Under a TCP stream the active
-# slave's port goes down (the veth under it): the bond fails over to the other slave, its
-# hardware address follows (fail_over_mac active, which IPoIB needs: a slave's address is
-# its own queue pair), the peer learns it from the bond's gratuitous ARP and the stream
-# goes on through the other slave. First in datagram mode, then in connected mode (MTU
-# 65520, a new connection to the new slave).
+# slave's veth down takes its port down and leaves the others up.
+#
+# The bond is an InfiniBand link with the active slave's address (fail_over_mac active,
+# which IPoIB needs: a slave's address is its own queue pair), and pings go through it.
+# Under a 20 s TCP stream the active slave's port goes down (the veth under it): the other
+# slave takes over with its own address, the peer's neighbour entry follows it (the bond's
+# gratuitous ARP), the stream ends with a figure above 0 and the new slave carried more than
+# 1 MiB of it. The port comes back and its slave waits as backup. First in datagram mode,
+# then in connected mode at MTU 65520 (a 60000-byte ping over a connection of the new
+# slave).
+#
+# The bond is deleted: both slaves released, the one whose port stayed up pinging alone over
+# a connection (rxe leaves the GSI queue pair of the other port in error after a CM message
+# failed during its link flap, so that port makes no connection until its device is added
+# again).
 . "$(dirname "$0")/lib.sh"
 
 one_host_begin 15

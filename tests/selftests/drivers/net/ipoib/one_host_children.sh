@@ -1,11 +1,28 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Child interfaces (partitions) on one host, as Documentation/infiniband/ipoib.rst describes
-# them: made and deleted through the parent's create_child/delete_child files and through
-# `ip link add/del ... type ipoib pkey`; their sysfs files and `ip -d link` details; bad
-# requests refused with an errno; a child of a P_Key the port lacks exists without carrier;
-# traffic between children of P_Key 0xffff (the one partition soft-RoCE has) in both modes,
-# across a network namespace; children removed with the module and with the RDMA device.
+# them.
+#
+# `echo 0x8001 > /sys/class/net/ib0/create_child` makes ib0.8001 (its parent, pkey, `ip -d
+# link` details, `ethtool -i`); delete_child removes it. Duplicates, the parent's P_Key, 0,
+# 0x8000, 0x10000 and text are refused with EINVAL, ENOTUNIQ or ENODEV. umcast 0 and 1, any
+# other number taken as 1 as in C (text refused). A child whose P_Key the port lacks (all
+# but 0xffff on rxe) comes up without carrier.
+#
+# `ip link add link ib0 name ... type ipoib pkey 0x7fff mode connected`, and without a
+# P_Key: each with its own address, shown by `ip link` as NAME@ib0 (its iflink is the
+# parent's index, as C's ndo_get_iflink gives); `umcast 2` through netlink makes a child
+# with umcast on. Refused: a child of a child, of lo, P_Key 0x8000, and a VLAN on ib0 (an
+# IPoIB frame has no room for an 802.1Q tag: the interface is `vlan-challenged: on [fixed]`
+# in `ethtool -k`, as C's, which bonding reads). `ip link del ib0` leaves the port's own
+# interface.
+#
+# The debugfs files follow a rename of the interface when it comes up (renames happen only
+# while down), and back. Children of both interfaces (one made inside a network namespace)
+# ping in datagram mode and, at MTU 65520 over a connection, with 60000 bytes unfragmented,
+# beside their parents' traffic. debug_level and mcast_debug_level switched at run time log
+# connections and joins, and nothing once 0. Children go with rmmod and with their RDMA
+# device.
 . "$(dirname "$0")/lib.sh"
 
 NS=ipoibkids

@@ -1,15 +1,24 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # 256 connected-mode peers at once, then all gone. rdma_rs_selftest.ko, loaded with
-# ipoib_qpn=QPN ipoib_peers=256, opens 256 connections from rxe0 to the IPoIB service of the
-# interface of rxe1, sends one message on each and keeps them until it is unloaded. The
-# interface accepts them all, on its one shared receive queue: the memory they take is
-# printed per connection and must stay below one receive buffer each (no per-connection
-# receive ring). Unloaded, the peers close their connections: the interface destroys them
-# all and the memory returns to where it was. On a KASAN kernel, allocations carry redzones
-# (the bound per connection doubles) and freed memory waits in KASAN's quarantine, so the
-# totals cannot show it back: kmemleak (which that kernel has) says whether any leaked.
-# Then 2000 datagram destinations at once (below).
+# ipoib_qpn=QPN ipoib_peers=256 (IPOIB_RS_CROWD), opens 256 connections from rxe0 to the
+# IPoIB service of the interface of rxe1 through the IB CM, sends one message on each and
+# keeps them until it is unloaded. The interface accepts them all, on its one shared receive
+# queue, and counts them: the memory they take is printed per connection (about 35 KB for
+# both ends) and must stay below one 64 KiB receive buffer each (no per-connection receive
+# ring). Unloaded, the peers close their connections: the interface destroys them all and
+# slab plus vmalloc memory returns within 1 MiB of where it was; the interface still takes a
+# new connection.
+#
+# On a KASAN kernel, allocations carry redzones (the bound per connection doubles, to 128
+# KiB) and freed memory waits in KASAN's quarantine, so the totals cannot show it back:
+# kmemleak (which that kernel has) must find no leak instead.
+#
+# Then 2000 datagram destinations in one burst (udp_burst, IPOIB_RS_CROWD_DESTS; pinned at a
+# real-time priority so that the destinations wait together): each waits in a queue of its
+# own while its handle is made, and what is released beyond the send queue's room waits for
+# its completions. Every datagram is sent, none dropped, a handle is kept for each, and the
+# memory the destinations take is printed per destination.
 . "$(dirname "$0")/lib.sh"
 
 SELFTEST=rdma_rs_selftest

@@ -1,18 +1,29 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Error paths under allocation failures (failslab): the Nth kmalloc of the task that loads
-# the module, brings an interface up, switches its mode or adds a device is made to fail
-# (/proc/self/fail-nth), N moving from the first allocations to thousands in. Each attempt
-# must fail with an error or succeed, never crash, warn or leave state behind: the kernel
-# log stays clean, the module unloads, and afterwards both interfaces work. Then random
-# failures, only of allocations made under the module's own code (failslab's stack-trace
-# filter; rxe's paths excluded, whose failures print allocation reports): while both sides
-# make connections anew, allocations of any kind (the set-up work's queue pairs, CQs and CM
-# identifiers, the CM handlers' connections); and under traffic both ways in connected mode,
-# one atomic allocation in ten for 10 s (the receive path's skbs in NAPI, connections and
-# neighbours made on the transmit path) while a mode switch makes new connections: the
-# receive path's failures are counted as drops. Same outcome required: the interfaces
-# recover once it stops.
+# Error paths under allocation failures (failslab). Each attempt must fail with an error or
+# succeed, never crash, warn or leave state behind: the kernel log stays clean, and
+# afterwards the interfaces still reach each other and the module unloads and loads again.
+#
+# - One kmalloc made to fail (/proc/self/fail-nth), at 25 points from the 1st allocation to
+#   the 6400th (IPOIB_FAULTS_NTH), in the task that loads the module, brings an interface
+#   up, switches its mode or adds an rxe device.
+#
+# - `ip link set up` with each of the allocations made under the module's code failing in
+#   turn, up to the connection listener (the last): after each failed attempt the module
+#   unloads at once (a failed open undoes what it started).
+#
+# - Random failures, only of allocations made under the module's own code (failslab's
+#   stack-trace filter, CONFIG_FAULT_INJECTION_STACKTRACE_FILTER; rxe's paths excluded,
+#   whose failures print allocation reports): while both sides switch modes and make
+#   connections anew, allocations of any kind fail (the connection set-up work's queue
+#   pairs, CQs and CM identifiers, the CM handlers' connections).
+#
+# - Under UDP floods both ways in connected mode and a mode switch, one in ten of the atomic
+#   allocations made under the module's code fails for 10 s (the receive path's skbs in
+#   NAPI, connections and neighbours made on the transmit path; the filter takes rxe's
+#   frames below NAPI, since the test kernel's unwinder guesses). The receive path's
+#   failures are counted as drops (with the drop count removed from the driver the check
+#   fails), nothing warns, and the interfaces carry traffic again once it stops.
 . "$(dirname "$0")/lib.sh"
 
 FS=/sys/kernel/debug/failslab

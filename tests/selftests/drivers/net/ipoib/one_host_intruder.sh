@@ -1,11 +1,17 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# A hostile connected-mode peer: rdma_rs_selftest.ko, loaded with ipoib_qpn=QPN, connects
-# from rxe0 to the IPoIB service of the interface of rxe1 and sends it messages no IPoIB
-# peer sends (too short, an unknown ethertype, noise, larger than its receive buffers),
-# after requests it must refuse (an unreliable connection, a receive size of 0).
-# The interface counts them, drops the broken connection once its queue pair drained, and
-# keeps working: before and after, it reaches the interface of rxe0 from another namespace.
+# A hostile connected-mode peer: rdma_rs_selftest.ko, loaded with ipoib_qpn=QPN
+# (tests/kmod/ipoib_intruder.rs), connects from rxe0 to the IPoIB service of the interface
+# of rxe1 through the IB CM.
+#
+# A request for an unreliable connection (UC) and one announcing a receive size of 0 are
+# refused with a REJ (cm_rx_rejected). Over an accepted connection it sends messages no
+# IPoIB peer sends: 2 bytes, an unknown ethertype, noise as IPv4, one larger than the
+# receive buffers. The interface counts them exactly (rx_errors +2; rx_dropped +1: the
+# unknown ethertype passed up and dropped by the stack; cm_rx_accepted +1, cm_rx_rejected
+# +2), destroys the broken connection once its queue pair drained, and keeps working: before
+# and after, it reaches the interface of rxe0 from another namespace. The interface's REP
+# carries RNR retry count 7 (RoCE's choice) where the REQ asked 6.
 . "$(dirname "$0")/lib.sh"
 
 SELFTEST=rdma_rs_selftest

@@ -2,8 +2,30 @@
 # SPDX-License-Identifier: GPL-2.0
 # Datagram-mode IPoIB on one host: the interface of rxe1 moves into a network namespace, the
 # one of rxe0 stays; they reach each other over soft-RoCE (ARP through the broadcast group,
-# unicast back); malformed datagrams sent from user space are dropped and counted; the
-# module unloads with an interface in the other namespace.
+# unicast back), pinging both ways.
+#
+# Malformed datagrams sent from user space with ud_inject (libibverbs): empty and short ones
+# counted in rx_errors; an ethertype IPoIB does not carry passed up as C passes it (the
+# stack drops 10 as unhandled in rx_dropped, a packet socket for the type receives 10 more:
+# pkt_io); noise refused by IPv4; 10 with a wrong Q_Key never delivered while the 10 sent
+# after them with the group's are; the interface still answering. On transmit, that
+# ethertype dropped (tx_dropped +10 each) as in C, unicast and broadcast alike.
+#
+# The multicast counter counted as C counts it (5 datagrams to the all-hosts group count, 5
+# broadcasts do not), the same in `ip -s link` as in `ethtool -S`. 1000 IPv4 groups joined
+# at once by sockets (mcast_udp join): all 1000 in debugfs and on the Ethernet device under
+# the port, the last one receiving, all left when the sockets close.
+#
+# The Ethernet MTU changed under rxe (which changes the port's MTU without an event): at
+# 3000, MTU 2044 can be set and 2000-byte pings go whole; back at 1500 the interfaces come
+# down to 1020 by themselves, and in connected mode a connection made at path MTU 2048 is
+# made again at 1024.
+#
+# Idle neighbours (address handles) forgotten after two ARP collection intervals, and in
+# connected mode the idle destination's connection closed with it (cm_tx_idle_closed +1) and
+# made again by the next ping. In connected mode, unicast ARP (a probe of the peer's entry)
+# sent as datagrams, as in C, and answered. The module unloads with an interface in the
+# other namespace.
 . "$(dirname "$0")/lib.sh"
 
 NS=ipoibpeer

@@ -1,10 +1,10 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Many connections at once: MESH_N soft-RoCE devices on veth pairs joined by a bridge, the
-# IPoIB interface of each in its own network namespace, in connected mode with MTU 65520.
-# Every interface pings every other with 60000-byte packets, so MESH_N*(MESH_N-1) transmit
-# connections (and as many receive connections) carry traffic together. The memory they
-# take is printed per connection.
+# Many connections at once: MESH_N (nine) soft-RoCE devices on veth pairs joined by a
+# bridge, the IPoIB interface of each in its own network namespace, in connected mode with
+# MTU 65520. Every interface pings every other with 60000-byte packets, so MESH_N*(MESH_N-1)
+# transmit connections (72) and as many receive connections carry traffic together; a second
+# round reuses them all. The memory they take is printed per connection.
 . "$(dirname "$0")/lib.sh"
 
 MESH_N=${MESH_N:-9}

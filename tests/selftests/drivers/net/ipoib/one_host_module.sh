@@ -2,6 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 # ib_ipoib loads, takes on every soft-RoCE port, follows devices added and removed later,
 # unloads cleanly, and survives repeated load/unload cycles.
+#
+# `modprobe ib_ipoib` logs every port with its real link layer, state, MTU and GID; devices
+# added and removed while it is loaded are taken on and let go; port down/up and
+# address-change events arrive; rmmod; 20 load/unload cycles; a clean kernel log.
 . "$(dirname "$0")/lib.sh"
 
 CYCLES=20

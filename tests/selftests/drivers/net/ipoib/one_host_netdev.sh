@@ -1,8 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # The Rust net_device abstractions, through the test device of net_rs_selftest.ko:
-# registration, set-up values, open/stop, transmit with skb push/pull, counters, MTU checks,
-# unregistration while up.
+# registration, set-up values, open/stop, transmit with skb push/pull, counters, MTU checks
+# (a driver may run at less than the MTU asked for), unregistration while up.
 . "$(dirname "$0")/lib.sh"
 
 SELFTEST=net_rs_selftest

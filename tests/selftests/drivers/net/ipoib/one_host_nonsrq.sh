@@ -1,12 +1,16 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Connected mode without a shared receive queue, as on devices that have none: loaded with
-# cm_srq=0, every receive connection gets a ring of its own, and max_nonsrq_conn_qp caps
-# how many an interface accepts (further requests get a REJ, "no QP", as in the C driver).
-# rxe has SRQs, so the parameter forces the path. The interface of rxe0 (root namespace)
-# takes connections from the one of rxe1 (namespace A) and from a child of it (namespace
-# B), with room for one: the first peer connects, the second is refused until the first
-# goes.
+# cm_srq=0 max_nonsrq_conn_qp=1 (rings of 48; the receive CQ sized for them), every receive
+# connection gets a ring of its own, and max_nonsrq_conn_qp caps how many an interface
+# accepts. rxe has SRQs, so the parameter forces the path.
+#
+# The interface of rxe0 (root namespace) takes connections from the one of rxe1 (namespace
+# A) and from a child of it (namespace B), with room for one: the first peer's 60000-byte
+# pings arrive unfragmented over a connection with its own ring, and 8 MiB over TCP arrive
+# intact with both ends' rings in use; the second peer is refused (REJ "no QP",
+# cm_rx_rejected, a log line) while the first holds the one place, and connects once the
+# first leaves connected mode. Nothing is left after rmmod.
 . "$(dirname "$0")/lib.sh"
 
 NS_PEER=ipoibpeer NS_KID=ipoibkid

@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: GPL-2.0
 # Receive buffers used up under a stream. rxe's test parameter test_rnr_every=5 answers
 # every fifth message "receiver not ready" (an RNR NAK), as if the receive queue were empty,
-# and the sender tries again after the wait the NAK asks. On RoCE our connections retry
-# such NAKs forever; the wait our receive queue pairs ask must be short (0.64 ms, code 12),
-# not the CM's default of 655 ms (code 0), which would stall the sender that long each
+# and the sender tries again after the wait the NAK asks. 4 MiB over TCP each way at once
+# arrive intact and no connection fails (on RoCE our connections retry such NAKs forever).
+# Every NAK on the wire (ib_capture, which reads RoCE v2 too) asks a wait of 0.64 ms (code
+# 12), not the CM's default of 655 ms (code 0), which would stall the sender that long each
 # time. Both receive paths: the shared receive queue (round 1) and rings of their own
-# (cm_srq=0, round 2). ib_capture reads the NAKs off the veth.
+# (cm_srq=0, round 2).
 . "$(dirname "$0")/lib.sh"
 
 NS_PEER=ipoibpeer

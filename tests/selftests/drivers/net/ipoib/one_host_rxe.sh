@@ -1,6 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# The one-host soft-RoCE topology comes up and carries RC traffic between its two devices.
+# The one-host soft-RoCE topology comes up and carries RC traffic between its two devices
+# (ibv_rc_pingpong).
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header

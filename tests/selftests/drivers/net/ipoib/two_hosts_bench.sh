@@ -1,11 +1,13 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Benchmark, not a test: scripts/bench.sh runs it with IPOIB_BENCH_RUNS set; without it
-# the program skips. On the same link and in the same run, raw RC and UD verbs bandwidth from
-# user space (perftest's ib_send_bw), TCP over the
-# Ethernet link, and IPoIB in datagram mode and in connected mode at MTU 65520, each run
-# IPOIB_BENCH_RUNS times, at Ethernet MTU 1500 and 9000. The client prints one line per
-# measurement: BENCH <eth mtu> <name> <run> <value> <unit> <client cpu s per MB>.
+# Benchmark, not a test: scripts/bench.sh runs it with IPOIB_BENCH_RUNS set; without it the
+# program skips. On the same link and in the same run: raw RC verbs bandwidth from user
+# space (perftest's ib_send_bw -e --use-srq, 1000 messages of 64 KiB, --output=bandwidth for
+# the full-precision figure; no UD figure, see RC_BW below), TCP over the Ethernet link, and
+# IPoIB in datagram mode and in connected mode at MTU 65520 (netperf TCP_STREAM, TCP_RR and
+# UDP_STREAM; four TCP streams at once in connected mode), each run IPOIB_BENCH_RUNS times,
+# at Ethernet MTU 1500 and 9000. The client prints one line per measurement: BENCH <eth mtu>
+# <name> <run> <value> <unit> <client cpu s per MB>.
 . "$(dirname "$0")/lib.sh"
 
 RUNS=${IPOIB_BENCH_RUNS:-}

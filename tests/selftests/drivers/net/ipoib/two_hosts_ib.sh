@@ -1,11 +1,30 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Two hosts as an InfiniBand fabric: rxe_ib on eth0 of each (an InfiniBand port whose
-# packets cross the Ethernet link), opensm on the server as SM and SA, and the upstream C
-# ipoib on both as the control. Checks the port as the SM sees it (SMA, states, LIDs,
-# P_Keys, events), the SA's records, the C driver's traffic in both modes and its children,
-# an SM restart, a link loss, and malformed frames. Run on both hosts with IPOIB_ROLE,
-# IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+# Two hosts as an InfiniBand fabric (docs/rxe_ib.md): rxe_ib on eth0 of each (an InfiniBand
+# port whose packets cross the Ethernet link), opensm on the server as SM and SA, and the
+# upstream C ipoib on both as the control. Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP
+# and IPOIB_PEER_IP set.
+#
+# The port: it trains to INIT and stays there with LID 0 without an SM; the local SMA
+# answers `smpquery -D nodeinfo 0` (a CA, one port, PartitionCap 64, node and port GUID as
+# sysfs has them, apart), and an SMP for an attribute a CA lacks (SwitchInfo) gets an error
+# status back at once. opensm on the server brings both ports ACTIVE with LIDs and the SM
+# LID; sminfo names the master; ibnetdiscover finds two CAs and no switch; saquery gives the
+# fabric's four path records, the IPoIB broadcast groups of 0xffff and 0x8001 and the P_Key
+# table records; 0x8001 is in both ports' P_Key tables. Seven malformed frames (ib_frame:
+# short, link version 1, raw next header, length beyond the frame, wrong ICRC, another LID,
+# a multicast LID without GRH) are dropped and counted exactly in ib_rcv_dropped.
+#
+# The C ipoib on both: carrier once joined to the SA's broadcast group, MTU 1020, ARP (the
+# peer's hardware address carries its port GID) and pings, full-MTU and fragmented pings;
+# connected mode at MTU 65520, IPv6 neighbour discovery and pings, 60000-byte pings
+# unfragmented, netperf TCP_STREAM with the bytes counted on the receiver; children ib0.8001
+# with carrier pinging each other; ib0 linked to the adapter (device in sysfs, bus-info,
+# dev_port 0), ib0.8001 to nothing. opensm restarted: CLIENT_REREGISTER on both ports and
+# traffic resumes through a new ARP. The client's Ethernet link down and up: PORT_ERR and
+# DOWN, then ACTIVE again with PORT_ACTIVE after the SM's sweep while the server's port
+# stays ACTIVE, and traffic resumes. The C ipoib unloads and the devices go, with a clean
+# kernel log.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header

@@ -2,17 +2,23 @@
 # SPDX-License-Identifier: GPL-2.0
 # The datagram-mode MTU as the fabric negotiates it, on the InfiniBand fabric (rxe_ib on
 # eth0 of both hosts at Ethernet MTU 9000, so that the ports run at IB MTU 4096; opensm on
-# the server), with the C ipoib as the control: in the first round the server runs C and
-# the client ours, in the second the other way round.
-#  - The driver is loaded by `ip link add ... type ipoib` (the module alias
-#    rtnl-link-ipoib), ours from the module tree, C's placed there for its round.
-#  - In datagram mode the interface runs at the broadcast group's MTU (the partition's
-#    mtu=3: IB MTU 1024, IPoIB MTU 1020); an MTU of 4092 (the port's) is accepted and
-#    the interface stays at 1020; opensm restarted with the partition at mtu=5 (IB MTU
-#    4096): the groups are joined again and the interface runs at the 4092 asked for, which
-#    4092-byte pings cross without fragments (none made by either host); opensm
-#    restarted at mtu=3: back to 1020.
-# Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+# the server), with the C ipoib as the control: in the first round the server runs C and the
+# client ours, in the second the other way round. Run on both hosts with IPOIB_ROLE,
+# IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+#
+# - The driver is loaded by `ip link add ... type ipoib` (the module alias rtnl-link-ipoib),
+#   ours from the module tree, C's placed there for its round.
+#
+# - In datagram mode the interface runs at the broadcast group's MTU (the partition's mtu=3:
+#   IB MTU 1024, IPoIB MTU 1020); an MTU of 4092 (the port's) is accepted and the interface
+#   stays at 1020.
+#
+# - opensm restarted with the partition at mtu=5 (IB MTU 4096): the groups are joined again
+#   and the interface runs at the 4092 asked for, which 4092-byte pings cross without
+#   fragments (none made by either host).
+#
+# - opensm restarted at mtu=3: back to 1020, and 1020-byte pings cross unfragmented. Unload,
+#   clean log.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header

@@ -1,14 +1,34 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Our driver on both hosts of the InfiniBand fabric (rxe_ib on eth0, opensm on the server),
-# through what the subnet manager does to it: loaded before any SM runs (no carrier, joins
-# failing and counted), brought up when opensm starts; datagram and connected mode; an
-# rdma_cm listener on ib0's address; a path to nobody (the failed query counted); umcast;
-# children on 0x8001 and on a P_Key the SM adds later (with a smaller group MTU); a bond
-# over the two children, whose slaves join only the groups of their own partition; opensm
-# restarted (client reregister), restarted with other LIDs, and with another subnet prefix
-# (new GIDs, new addresses). Nothing is reloaded or re-created along the way. Run on both
-# hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+# through what the subnet manager does to it; nothing is reloaded or re-created along the
+# way. Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+#
+# Loaded before any SM runs (the port freshly INIT): no carrier, broadcast joins failing and
+# counted (mcast_join_failures). opensm started: carrier, MTU 1020; pings. A neighbour whose
+# GID has no path: the SA's answer counted in path_failures, its packets dropped. Connected
+# mode with 60000-byte pings; IPv6; netperf. A REQ asking RNR retry count 6 from
+# rdma_rs_selftest.ko on the client (ipoib_guid_hi/lo: over InfiniBand to the server's port,
+# the path from the SA) answered by a REP echoing 6. An rdma_cm listener (rping -s) bound to
+# the server's ib0 address accepts rping -c and exchanges data (the RDMA CM finds our
+# interface through get_net_dev_by_params).
+#
+# Children on 0x8001 (carrier) and 0x8002 (not in the SM's partitions: no carrier); ib0
+# linked to the adapter as C links it, ib0.8001 to nothing. Then 0x8002 added to opensm's
+# partitions with a broadcast group of MTU 512 and opensm told to sweep (SIGHUP): the P_Key
+# change event gives ib0.8002 carrier without re-creating it, its MTU becomes 508 (datagram
+# mode), and the children on 0x8002 ping. An active-backup bond over the two children
+# (client): a group joined on the bond is joined by the active ib0.8001, and once ib0.8002
+# is made active the bond's groups (0x8001's P_Key, from its first slave) reach it and it
+# joins none of them (none listed, no join asked), as C filters the list. A group user space
+# joined through the SA (mckey, the RDMA CM) and that a socket joins on ib0 too is left to
+# user space with umcast 1 and joined by the driver with umcast 0.
+#
+# opensm restarted: client reregister, the broadcast group joined again, traffic resumes.
+# opensm restarted with LMC 1 and reassigned LIDs (-r -l 1): this port's LID changes, the
+# event is seen, and traffic resumes over paths to the new LIDs. opensm restarted with
+# subnet prefix fec0::/64: the port's GID changes and ib0's address (and its children's)
+# follows it, and ARP then gives the peer's new address. Unload, clean log.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header

@@ -2,14 +2,18 @@
 # SPDX-License-Identifier: GPL-2.0
 # Many multicast groups sent to without joining them, on the InfiniBand fabric (rxe_ib on
 # eth0 of both hosts, opensm on the server), with the C ipoib as the control: in the first
-# round the client runs ours and the server C, in the second the other way round. The
-# server joins 1000 IPv4 groups; the client sends 3 datagrams to each (send-only joins, no
-# limit on their number), and the server counts what arrives per group. Once the client
-# has sent nothing for the handles' age-out interval (two neighbour collection intervals,
-# 5 s here), its send-only groups are left, and sending to every group again joins them
-# anew and delivers; meanwhile the server resolves the client's address and reaches it
-# over TCP (packets held for groups being joined keep no other destination from
-# resolving). Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP set.
+# round the client runs ours and the server C, in the second the other way round (the same
+# checks pass with C sending). Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and
+# IPOIB_PEER_IP set.
+#
+# The server joins 1000 IPv4 groups (all complete in ib0_mcg); the client sends 3 datagrams
+# to each (1000 send-only groups, each joined, no limit on their number), and the server
+# receives datagrams for every one of the 1000 groups (counted per group). With nothing sent
+# for two neighbour collection intervals (gc_interval 5 s), the client's send-only groups
+# are left. The client sends to every group again and, right after, the server, its
+# neighbours flushed, resolves the client's address by ARP, pings it and opens a TCP
+# connection to it (packets held for groups being joined keep no other destination from
+# resolving); each group is joined anew and receives again. Unload, clean log.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
