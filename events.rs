@@ -202,6 +202,9 @@ impl Interface {
             Some(cm) if !self.on_infiniband() => cm.set_path_mtu(mtu),
             _ => false,
         };
+        if self.ud.ring_outgrown() {
+            UdDatapath::schedule_recovery(self.ud.as_arc_borrow());
+        }
         if datagrams.is_none() && !connections {
             return;
         }

@@ -31,7 +31,7 @@ use kernel::{
         ah::AddressHandle,
         cq::{CompletionQueue, WcStatus, WorkCompletion},
         device::{Device, DeviceRef},
-        dma::{DmaBuffer, DmaDirection, MAX_SKB_SEGMENTS},
+        dma::MAX_SKB_SEGMENTS,
         pd::ProtectionDomain,
         qp::{QpCaps, QpChange, QpType, QueuePair, State},
     },
@@ -41,6 +41,20 @@ use kernel::{
 
 /// Largest IB MTU: payloads of up to 4096 bytes after the GRH space.
 const MAX_IB_MTU: usize = 4096;
+/// Room left in front of a receive buffer's GRH space, so that the IP header after the GRH
+/// space and the IPoIB header starts on a 64-byte boundary (with the skb's usual 64 bytes of
+/// headroom); the pseudo header is later pushed into the GRH space, which is read by then.
+const RECV_HEADROOM: u32 = 20;
+
+/// Bytes a receive skb is allocated with when the port carries datagrams of `port_mtu`
+/// bytes after the IPoIB header: its headroom, the GRH space and the largest datagram. The
+/// skb goes up as it is, so it is sized to the port's MTU, not to the largest IB MTU (as C
+/// does): at IB MTU 1024 a packet then takes about 2 KiB of memory instead of 8, which is
+/// what socket receive buffers count.
+fn recv_skb_len(port_mtu: u32) -> u32 {
+    let datagram = (port_mtu + ENCAP_HEADER_LEN as u32).min(MAX_IB_MTU as u32);
+    RECV_HEADROOM + UD_GRH_LEN as u32 + datagram
+}
 /// Completions handled per CQ poll call.
 const POLL_BATCH: usize = 16;
 
@@ -99,6 +113,9 @@ pub(crate) struct UdDatapath {
     /// `admin_mtu`), 0 when the interface follows the fabric's.
     admin_mtu: AtomicU32,
     recv_ring: u32,
+    /// The port MTU the receive skbs on the ring were made for: when the port's grows past
+    /// it, larger datagrams would not fit, and the ring is made again (see `recover`).
+    ring_mtu: AtomicU32,
     gid: Arc<LocalGid>,
     /// Our LID (InfiniBand; 0 on RoCE), changed by port events.
     lid: AtomicU32,
@@ -107,7 +124,8 @@ pub(crate) struct UdDatapath {
     broadcast: wire::Gid,
     send_cq: Arc<CompletionQueue<CqEvents>>,
     recv_cq: Arc<CompletionQueue<CqEvents>>,
-    qp: Pin<KBox<QueuePair>>,
+    /// The UD queue pair; datagrams land in skbs that go up as they are.
+    qp: Pin<KBox<QueuePair<SkBuff>>>,
     /// Sends posted on the queue pair (under the interface's neighbour lock) and
     /// completed: the clock by which retired address handles are known to be unused (see
     /// `neigh.rs`).
@@ -124,9 +142,16 @@ pub(crate) struct UdDatapath {
     recover_work: Work<UdDatapath, RECOVER_WORK>,
 }
 
+/// Makes a fresh skb (of `recv_skb_len` bytes) a receive buffer.
+fn recv_buffer(skb: Result<SkBuff>) -> Result<SkBuff> {
+    let mut skb = skb?;
+    skb.reserve(RECV_HEADROOM)?;
+    Ok(skb)
+}
+
 /// Brings a new (or reset) UD queue pair up as IPoIB uses it (C: `ipoib_init_qp`): on
 /// `port` in the partition at `pkey_index`, taking datagrams with `qkey`, sending from PSN 0.
-fn bring_up(qp: &QueuePair, port: u32, pkey_index: u16, qkey: u32) -> Result {
+fn bring_up(qp: &QueuePair<SkBuff>, port: u32, pkey_index: u16, qkey: u32) -> Result {
     qp.modify(
         &QpChange::to_init()
             .port(port)
@@ -170,20 +195,22 @@ impl UdDatapath {
             max_send_sge: send_sges(device),
             max_recv_sge: 1,
         };
-        let qp = QueuePair::new(
+        let qp = QueuePair::with_buffers(
             QpType::Ud,
             pd,
             send_cq.clone(),
             recv_cq.clone(),
             None,
             caps,
+            None,
             crate::OWNER,
         )?;
         let index = partition.get();
         if let Some(index) = index {
             bring_up(&qp, port, index, wire::DEFAULT_QKEY)?;
             for _ in 0..recv_ring {
-                qp.post_recv(Self::recv_buffer(device)?)?;
+                let len = recv_skb_len(mtu);
+                qp.post_recv(recv_buffer(SkBuff::alloc(None, len, GFP_KERNEL))?)?;
             }
         }
         let device = device.get_ref()?;
@@ -195,6 +222,7 @@ impl UdDatapath {
                 partition,
                 readied: PartitionIndex::new(index),
                 port_mtu: AtomicU32::new(mtu),
+                ring_mtu: AtomicU32::new(mtu),
                 group_mtu: AtomicU32::new(u32::MAX),
                 admin_mtu: AtomicU32::new(0),
                 recv_ring,
@@ -217,7 +245,7 @@ impl UdDatapath {
     }
 
     /// The UD queue pair (multicast groups attach to it).
-    pub(crate) fn qp(&self) -> &QueuePair {
+    pub(crate) fn qp(&self) -> &QueuePair<SkBuff> {
         &self.qp
     }
 
@@ -308,16 +336,6 @@ impl UdDatapath {
     /// Sends completed so far.
     pub(crate) fn sends_done(&self) -> u64 {
         self.sends_done.load(Ordering::Relaxed)
-    }
-
-    /// A receive buffer: GRH space and the largest datagram.
-    fn recv_buffer(device: &Device) -> Result<DmaBuffer> {
-        DmaBuffer::new(
-            device,
-            UD_GRH_LEN + MAX_IB_MTU,
-            DmaDirection::FromDevice,
-            GFP_KERNEL,
-        )
     }
 
     /// Whether the message `skb` carries after its pseudo header fits a datagram; if not,
@@ -456,7 +474,7 @@ impl UdDatapath {
             let want = (budget - done).min(POLL_BATCH as u32) as usize;
             let n = self.recv_cq.poll(&mut wcs[..want]).unwrap_or(0);
             for wc in &mut wcs[..n] {
-                let Some(buf) = self.qp.complete_recv(wc) else {
+                let Some(skb) = self.qp.complete_recv(wc) else {
                     other(wc, tally);
                     continue;
                 };
@@ -467,16 +485,32 @@ impl UdDatapath {
                     wc.src_qp(),
                     wc.status()
                 );
-                match wc.status() {
-                    WcStatus::Success => self.receive(wc, &buf, napi, tally),
+                let status = wc.status();
+                if status == WcStatus::Flushed {
                     // The queue pair failed: its buffers go, and it is brought back.
-                    WcStatus::Flushed => {
-                        self.recovery_due.store(true, Ordering::Relaxed);
-                        continue;
-                    }
-                    WcStatus::Error(_) => bump(&self.counters.rx_errors, 1),
+                    self.recovery_due.store(true, Ordering::Relaxed);
+                    continue;
                 }
-                if self.qp.post_recv(buf).is_err() {
+                // The datagram goes up in its skb, replaced on the ring by a fresh one (of
+                // the port's MTU now: a failed receive may have been a datagram too large
+                // for a buffer posted before the MTU grew). Without memory for one, the
+                // datagram is dropped and its skb posted again, emptied.
+                let repost = match (status, recv_buffer(napi.alloc_skb(self.recv_skb_len()))) {
+                    (WcStatus::Success, Ok(fresh)) => {
+                        self.receive(wc, skb, napi, tally);
+                        Ok(fresh)
+                    }
+                    (WcStatus::Success, Err(_)) => {
+                        bump(&self.counters.rx_dropped, 1);
+                        Err(skb)
+                    }
+                    (_, fresh) => {
+                        bump(&self.counters.rx_errors, 1);
+                        fresh.or(Err(skb))
+                    }
+                };
+                let repost = repost.or_else(|mut skb| skb.trim(0).map(|()| skb));
+                if repost.and_then(|skb| self.qp.post_recv(skb)).is_err() {
                     bump(&self.counters.rx_errors, 1);
                 }
             }
@@ -488,11 +522,16 @@ impl UdDatapath {
         done
     }
 
-    /// Hands one received datagram to the stack, or drops it.
-    fn receive(&self, wc: &WorkCompletion, buf: &DmaBuffer, napi: &Napi, tally: &mut Tally<'_>) {
+    /// Bytes a receive skb is allocated with at the port's MTU.
+    fn recv_skb_len(&self) -> u32 {
+        recv_skb_len(self.port_mtu.load(Ordering::Relaxed))
+    }
+
+    /// Hands one received datagram (`skb`: the GRH space, then the datagram) to the stack,
+    /// or drops it.
+    fn receive(&self, wc: &WorkCompletion, mut skb: SkBuff, napi: &Napi, tally: &mut Tally<'_>) {
         let c = &self.counters;
-        let len = wc.byte_len() as usize;
-        let Some(msg) = buf.as_slice().get(UD_GRH_LEN..len) else {
+        let Some(grh) = skb.data().get(..UD_GRH_LEN) else {
             bump(&c.rx_errors, 1);
             return;
         };
@@ -500,7 +539,6 @@ impl UdDatapath {
         // header on RoCE v2 over IPv6). Our own multicast comes back to us: it has our LID
         // and QPN, and, if a GRH came, our interface ID (the C driver's rule; on RoCE the
         // LIDs are 0).
-        let grh = &buf.as_slice()[..UD_GRH_LEN];
         if wc.src_qp() == self.qp.qp_num()
             && wc.slid() == self.lid.load(Ordering::Relaxed)
             && (!wc.has_grh() || grh[16..24] == self.gid.interface_id())
@@ -518,7 +556,11 @@ impl UdDatapath {
         if pkt_type == PacketType::Multicast {
             bump(&c.multicast, 1);
         }
-        rx::deliver(msg, pkt_type, napi, tally);
+        if skb.pull(UD_GRH_LEN as u32).is_err() {
+            bump(&c.rx_errors, 1);
+            return;
+        }
+        rx::deliver_skb(skb, pkt_type, napi, tally);
     }
 
     /// Arms both completion queues (when the interface comes up), and has NAPI look at
@@ -559,8 +601,13 @@ impl UdDatapath {
             }
             return;
         };
-        if self.readied.get() != Some(pkey_index) {
+        let outgrown = self.ring_outgrown();
+        if self.readied.get() != Some(pkey_index) || outgrown {
             match self.reset_qp(pkey_index) {
+                Ok(()) if outgrown => pr_info!(
+                    "{name}: receive buffers made again for datagrams of {} bytes\n",
+                    self.ring_mtu.load(Ordering::Relaxed)
+                ),
                 Ok(()) => pr_info!("{name}: UD queue pair ready at P_Key index {pkey_index}\n"),
                 Err(e) => {
                     pr_err!("{name}: UD queue pair not ready at P_Key index {pkey_index} ({e:?})\n")
@@ -591,8 +638,17 @@ impl UdDatapath {
         self.kick();
     }
 
-    /// Resets the failed UD queue pair and brings it up with its receive ring full again.
+    /// Whether the port's MTU grew past the one the receive ring was made for.
+    pub(crate) fn ring_outgrown(&self) -> bool {
+        self.port_mtu.load(Ordering::Relaxed) > self.ring_mtu.load(Ordering::Relaxed)
+    }
+
+    /// Resets the UD queue pair (failed, or with receive buffers too small for the port's
+    /// MTU) and brings it up with its receive ring full again, of buffers of the port's MTU.
     fn reset_qp(&self, pkey_index: u16) -> Result {
+        let mtu = self.port_mtu.load(Ordering::Relaxed);
+        self.ring_mtu.store(mtu, Ordering::Relaxed);
+        let room = recv_skb_len(mtu) - RECV_HEADROOM;
         let mut kept = KVec::new();
         self.qp.reset(
             |sent| {
@@ -600,9 +656,12 @@ impl UdDatapath {
                 self.credits.give(1);
                 drop(sent);
             },
-            |buf| {
-                // A buffer that finds no room here is freed; a fresh one replaces it.
-                let _ = kept.push(buf, GFP_KERNEL);
+            |skb: SkBuff| {
+                // A buffer too small now, or that finds no room here, is freed; a fresh one
+                // replaces it.
+                if skb.tailroom() >= room {
+                    let _ = kept.push(skb, GFP_KERNEL);
+                }
             },
         )?;
         self.readied.set(None);
@@ -619,7 +678,7 @@ impl UdDatapath {
         while self.qp.recvs_posted() < wanted {
             let buf = match kept.next() {
                 Some(buf) => buf,
-                None => Self::recv_buffer(&self.device)?,
+                None => recv_buffer(SkBuff::alloc(None, self.recv_skb_len(), GFP_KERNEL))?,
             };
             self.qp.post_recv(buf)?;
         }

@@ -43,7 +43,7 @@ use kernel::{
         cm::GidAttr,
         device::{self, Device, Mtu},
         pd::ProtectionDomain,
-        qp::QueuePair,
+        qp::{QueuePair, RecvBuffer},
         sa::{JoinState, McMemberRecord},
     },
     sync::{Arc, Mutex, SpinLockBh},
@@ -329,7 +329,7 @@ impl Multicast {
     pub(crate) fn new(
         device: &Device,
         (port, log_name): (u32, Arc<LogName>),
-        qp: &QueuePair,
+        qp: &QueuePair<impl RecvBuffer>,
         pd: &Arc<ProtectionDomain>,
         broadcast: &HwAddr,
         mtu: Mtu,
@@ -382,7 +382,7 @@ impl Multicast {
     fn join_broadcast(
         device: &Device,
         port: u32,
-        qp: &QueuePair,
+        qp: &QueuePair<impl RecvBuffer>,
         mgid: &Gid,
     ) -> Result<Ipv6McMembership> {
         qp.attach_mcast(&rdma_gid(mgid), 0)?;
@@ -396,7 +396,7 @@ impl Multicast {
     }
 
     /// Detaches `qp` from the broadcast group (the interface goes away).
-    pub(crate) fn detach_broadcast(&self, qp: &QueuePair) {
+    pub(crate) fn detach_broadcast(&self, qp: &QueuePair<impl RecvBuffer>) {
         if self.sa.is_none() {
             let _ = qp.detach_mcast(&rdma_gid(&self.broadcast), 0);
         }
@@ -485,7 +485,7 @@ impl Multicast {
         &self,
         device: &Device,
         port: u32,
-        qp: &QueuePair,
+        qp: &QueuePair<impl RecvBuffer>,
         pd: &Arc<ProtectionDomain>,
         owner: &Arc<dyn SaOwner>,
         joinable: bool,
@@ -509,7 +509,7 @@ impl Multicast {
         sa: &SaJoiner,
         device: &Device,
         port: u32,
-        qp: &QueuePair,
+        qp: &QueuePair<impl RecvBuffer>,
         pd: &Arc<ProtectionDomain>,
         owner: &Arc<dyn SaOwner>,
         umcast: bool,
@@ -588,7 +588,7 @@ impl Multicast {
     fn sync_list(
         &self,
         sa: &SaJoiner,
-        qp: &QueuePair,
+        qp: &QueuePair<impl RecvBuffer>,
         params: &McMemberRecord,
         owner: &Arc<dyn SaOwner>,
         now: i64,
@@ -655,7 +655,7 @@ impl Multicast {
         &self,
         sa: &SaJoiner,
         (device, port, pd): (&Device, u32, &Arc<ProtectionDomain>),
-        qp: &QueuePair,
+        qp: &QueuePair<impl RecvBuffer>,
         params: &McMemberRecord,
         owner: &Arc<dyn SaOwner>,
         now: i64,
@@ -730,7 +730,7 @@ impl Multicast {
     /// paths' table and no packet waiting for one (`sent_to`), and none of `requested`.
     fn leave_unused_send_only(
         &self,
-        qp: &QueuePair,
+        qp: &QueuePair<impl RecvBuffer>,
         requested: &[Gid],
         sent_to: &dyn Fn(&Gid) -> bool,
     ) {
@@ -765,7 +765,7 @@ impl Multicast {
     }
 
     /// [`Multicast::sync`] on RoCE.
-    fn sync_roce(&self, device: &Device, port: u32, qp: &QueuePair) {
+    fn sync_roce(&self, device: &Device, port: u32, qp: &QueuePair<impl RecvBuffer>) {
         let ndev = match device.netdev(port) {
             Ok(ndev) => ndev,
             Err(e) => {
@@ -815,7 +815,7 @@ impl Multicast {
     /// groups too, detaching `qp` (process context). `forget`: the list is forgotten too
     /// (the interface goes down); else it is joined again by the next run of the work item
     /// (the fabric changed).
-    pub(crate) fn leave_all(&self, qp: &QueuePair, forget: bool) {
+    pub(crate) fn leave_all(&self, qp: &QueuePair<impl RecvBuffer>, forget: bool) {
         self.groups.leave_all(
             |mut j| match &mut j.member {
                 Membership::Sa(g) => g.leave(qp),

@@ -11,7 +11,11 @@ use crate::{
 };
 use kernel::{
     prelude::*,
-    rdma::{device, qp::QueuePair, sa::McMemberRecord},
+    rdma::{
+        device,
+        qp::{QueuePair, RecvBuffer},
+        sa::McMemberRecord,
+    },
     sync::Arc,
 };
 
@@ -100,7 +104,7 @@ impl SaGroup {
 
     /// Takes the SA's latest answer in (process context): on success `qp` is attached
     /// with the group's LID (unless sending only).
-    pub(crate) fn take_answer(&mut self, qp: &QueuePair, now: i64) -> Progress {
+    pub(crate) fn take_answer(&mut self, qp: &QueuePair<impl RecvBuffer>, now: i64) -> Progress {
         match self.answer.take() {
             None => Progress::Unchanged,
             Some(Ok(rec)) => match self.attach(qp, rec.mlid()) {
@@ -123,7 +127,7 @@ impl SaGroup {
         }
     }
 
-    fn attach(&mut self, qp: &QueuePair, mlid: u16) -> Result {
+    fn attach(&mut self, qp: &QueuePair<impl RecvBuffer>, mlid: u16) -> Result {
         if self.send_only || self.attached == Some(mlid) {
             return Ok(());
         }
@@ -133,7 +137,7 @@ impl SaGroup {
         Ok(())
     }
 
-    fn detach(&mut self, qp: &QueuePair) {
+    fn detach(&mut self, qp: &QueuePair<impl RecvBuffer>) {
         if let Some(mlid) = self.attached.take() {
             let _ = qp.detach_mcast(&device::Gid(self.mgid.0), mlid);
         }
@@ -152,7 +156,7 @@ impl SaGroup {
 
     /// Leaves the group: `qp` is detached and the membership given back (process context,
     /// not from an SA callback).
-    pub(crate) fn leave(&mut self, qp: &QueuePair) {
+    pub(crate) fn leave(&mut self, qp: &QueuePair<impl RecvBuffer>) {
         self.detach(qp);
         self.record = None;
         // Dropping it leaves the group, once no callback runs.

@@ -8,7 +8,7 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     c_str,
-    net::mcast::Ipv6McMembership,
+    net::{mcast::Ipv6McMembership, skb::SkBuff},
     new_condvar, new_mutex,
     prelude::*,
     rdma::{
@@ -23,7 +23,10 @@ use kernel::{
         dma::{DmaBuffer, DmaDirection},
         pd::ProtectionDomain,
         qp::SharedQueue,
-        qp::{QpCaps, QpChange, QpEvent, QpEventHandler, QpType, QueuePair, RnrTimer, Sent, State},
+        qp::{
+            QpCaps, QpChange, QpEvent, QpEventHandler, QpType, QueuePair, RecvBuffer, RnrTimer,
+            Sent, State,
+        },
         sa::{JoinState, McHandler, McJoin, McMemberRecord, PathHandler, PathQuery, SaClient},
         srq::{SharedReceiveQueue, SrqEvent, SrqEventHandler},
     },
@@ -414,39 +417,91 @@ fn refused<T>(result: Result<T>) -> Result {
     }
 }
 
-/// A UD queue pair of one request each way, in `pd` with these completion queues.
-fn small_ud_qp(
+/// A UD queue pair of one request each way, receiving into `B`, in `pd` with these
+/// completion queues.
+fn small_ud_qp<B: RecvBuffer>(
     pd: &Arc<ProtectionDomain>,
     send_cq: &Arc<CompletionQueue<Waiter>>,
     recv_cq: &Arc<CompletionQueue<Waiter>>,
-) -> Result<Pin<KBox<QueuePair>>> {
+) -> Result<Pin<KBox<QueuePair<B>>>> {
     let caps = QpCaps {
         max_send_wr: 1,
         max_recv_wr: 1,
         max_send_sge: 1,
         max_recv_sge: 1,
     };
-    QueuePair::new(
+    QueuePair::with_buffers(
         QpType::Ud,
         pd,
         send_cq.clone(),
         recv_cq.clone(),
         None,
         caps,
+        None,
         OWNER,
     )
 }
 
+/// Brings a UD queue pair to RTS on `PORT`, taking datagrams of `QKEY`.
+fn ud_up<B: RecvBuffer>(qp: &QueuePair<B>) -> Result {
+    qp.modify(&QpChange::to_init().port(PORT).pkey_index(0).qkey(QKEY))?;
+    qp.modify(&QpChange::to_ready_to_receive())?;
+    qp.modify(&QpChange::to_ready_to_send().send_psn(0))
+}
+
+/// A datagram received into an skb is its data where it landed: the skb comes back with
+/// the GRH space and the payload, at the address its tailroom had. An skb with fragments or
+/// without tailroom is refused (`EINVAL`).
+fn skb_receive(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
+    let qp = small_ud_qp::<SkBuff>(&b.pd, &b.send_cq, &b.recv_cq)?;
+    ud_up(&qp)?;
+    let room = (GRH_LEN + PAYLOAD_LEN) as u32;
+    let mut paged = SkBuff::alloc(None, room, GFP_KERNEL)?;
+    paged.append_paged(&[1, 2, 3], GFP_KERNEL)?;
+    refused(qp.post_recv(paged))?;
+    let mut full = SkBuff::alloc(None, room, GFP_KERNEL)?;
+    let tailroom = full.tailroom();
+    full.put(tailroom)?;
+    refused(qp.post_recv(full))?;
+    if qp.recvs_posted() != 0 {
+        return Err(EINVAL);
+    }
+    let skb = SkBuff::alloc(None, room, GFP_KERNEL)?;
+    let landing = skb.data().as_ptr();
+    qp.post_recv(skb)?;
+    a.send(ah, qp.qp_num(), QKEY, 41)?;
+    let mut wc = wait(&b.recv_cq, 2000).ok_or(EAGAIN)?;
+    let skb = qp.complete_recv(&mut wc).ok_or(EINVAL)?;
+    let payload = skb.data().get(GRH_LEN..).ok_or(EINVAL)?;
+    let expected = (0..PAYLOAD_LEN).map(|i| 41u8.wrapping_add(i as u8));
+    if wc.status() != WcStatus::Success
+        || skb.len() != wc.byte_len()
+        || skb.data().as_ptr() != landing
+        || payload.len() != PAYLOAD_LEN
+        || !payload.iter().copied().eq(expected)
+    {
+        pr_info!(
+            "# status {:?}, {} bytes of {} received, in place: {}\n",
+            wc.status(),
+            skb.len(),
+            wc.byte_len(),
+            skb.data().as_ptr() == landing
+        );
+        return Err(EIO);
+    }
+    Ok(())
+}
+
 /// The core would link the objects of two devices; the abstraction refuses them.
 fn mixed_devices(a: &Endpoint, b: &Endpoint) -> Result {
-    refused(small_ud_qp(&a.pd, &a.send_cq, &b.recv_cq))
+    refused(small_ud_qp::<DmaBuffer>(&a.pd, &a.send_cq, &b.recv_cq))
 }
 
 /// State changes the transport does not take are refused: a UD queue pair sent to RTS
 /// from RESET, brought to INIT without its Q_Key, or given access flags (RC only); the
 /// change it does take then works. A send posted in INIT is refused and holds nothing.
 fn qp_changes(a: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
-    let qp = small_ud_qp(&a.pd, &a.send_cq, &a.recv_cq)?;
+    let qp = small_ud_qp::<DmaBuffer>(&a.pd, &a.send_cq, &a.recv_cq)?;
     let init = QpChange::to_init().port(PORT).pkey_index(0);
     for wrong in [
         QpChange::to_ready_to_send().send_psn(0),
@@ -477,12 +532,8 @@ fn qp_changes(a: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
 /// that was not yet taken takes nothing afterwards, though a new buffer sits in its slot,
 /// which the next datagram fills.
 fn slots_across_reset(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
-    let qp = small_ud_qp(&b.pd, &b.send_cq, &b.recv_cq)?;
-    let up = |qp: &QueuePair| {
-        qp.modify(&QpChange::to_init().port(PORT).pkey_index(0).qkey(QKEY))?;
-        qp.modify(&QpChange::to_ready_to_receive())?;
-        qp.modify(&QpChange::to_ready_to_send().send_psn(0))
-    };
+    let qp = small_ud_qp::<DmaBuffer>(&b.pd, &b.send_cq, &b.recv_cq)?;
+    let up = ud_up::<DmaBuffer>;
     let buffer = || DmaBuffer::new(&b.device, RECV_LEN, DmaDirection::FromDevice, GFP_KERNEL);
     up(&qp)?;
     qp.post_recv(buffer()?)?;
@@ -525,7 +576,7 @@ fn slots_across_reset(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Re
 }
 
 /// Memory the device must not write, or cannot reach, and a handle of another domain: each
-/// post comes back with `EINVAL`, its buffer with it.
+/// post is refused with `EINVAL` and its buffer freed.
 fn foreign_posts(a: &Endpoint, b: &Endpoint, ah_a: &Arc<AddressHandle>) -> Result {
     let read_only = DmaBuffer::new(&b.device, RECV_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
     refused(b.qp.post_recv(read_only))?;
@@ -1062,6 +1113,10 @@ fn run(report: &mut Report) -> Result {
     report.check(
         "slots: a receive beyond them refused (ENOSPC); after a reset a completion of before it takes nothing, the next datagram lands in the new buffer",
         slots_across_reset(&a, &b, &ah),
+    );
+    report.check(
+        "receive into an skb: the datagram is its data where it landed; an skb with fragments or no tailroom refused (EINVAL)",
+        skb_receive(&a, &b, &ah),
     );
     report.check(
         "posts refused (EINVAL): a receive into a buffer mapped for sending, or another device's, a send through another domain's address handle",

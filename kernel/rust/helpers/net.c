@@ -43,16 +43,6 @@ void rust_helper_dev_addr_set(struct net_device *dev, const u8 *addr)
 	dev_addr_set(dev, addr);
 }
 
-unsigned int rust_helper_skb_headroom(const struct sk_buff *skb)
-{
-	return skb_headroom(skb);
-}
-
-int rust_helper_skb_tailroom(const struct sk_buff *skb)
-{
-	return skb_tailroom(skb);
-}
-
 unsigned int rust_helper_skb_headlen(const struct sk_buff *skb)
 {
 	return skb_headlen(skb);
@@ -112,11 +102,6 @@ void rust_helper_netif_napi_del(struct napi_struct *napi)
 void rust_helper_skb_reset_mac_header(struct sk_buff *skb)
 {
 	skb_reset_mac_header(skb);
-}
-
-struct skb_shared_info *rust_helper_skb_shinfo(const struct sk_buff *skb)
-{
-	return skb_shinfo(skb);
 }
 
 void rust_helper_skb_add_rx_frag(struct sk_buff *skb, int i, struct page *page,

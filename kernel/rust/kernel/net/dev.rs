@@ -1011,11 +1011,12 @@ impl<T: Operations> Adapter<T> {
         // SAFETY: As above: its private area holds a `Private<T>`.
         let private = unsafe { Self::private(dev) };
         // SAFETY: `private` is valid; the field is reached without a reference to the rest.
-        let state = unsafe { core::ptr::addr_of!((*private).poll_state) };
-        // SAFETY: The device has this one NAPI context, whose polls the core never runs at
-        // once, and only this callback reaches the state: no other reference to it exists
-        // while the call lasts.
-        let state = unsafe { &mut *(*state).get() };
+        let cell = unsafe { core::ptr::addr_of!((*private).poll_state) };
+        let state = UnsafeCell::raw_get(cell);
+        // SAFETY: By the type invariant of `Private` only this callback reaches the state,
+        // and the core never runs two polls of the device's one context at once: no other
+        // reference to it exists while the call lasts.
+        let state = unsafe { &mut *state };
         let limit = u32::try_from(budget).unwrap_or(0);
         // SAFETY: `napi` is being polled in this round, of budget `limit`.
         let budget = unsafe { Budget::new(napi, limit) };
@@ -1148,7 +1149,8 @@ impl<T: Operations> Adapter<T> {
 /// # Invariants
 ///
 /// `data` is the foreign representation of a `T::Data`; `napi`, when present, is the one
-/// context on the device's NAPI list.
+/// context on the device's NAPI list. `poll_state` is accessed only by the poll callback of
+/// that context, which the core never runs twice at once.
 struct Private<T: Operations> {
     data: *const c_void,
     napi: Option<NapiHandle>,

@@ -134,7 +134,7 @@ impl Napi {
     /// from any context) as [`SkBuff::alloc`] does.
     pub fn alloc_skb(&self, len: u32) -> Result<SkBuff> {
         if !bh_context() {
-            return SkBuff::alloc(self.device(), len, GFP_ATOMIC);
+            return SkBuff::alloc(Some(self.device()), len, GFP_ATOMIC);
         }
         // SAFETY: The context is being polled (type invariant), on a live device, and the
         // CPU runs with bottom halves off, interrupts on (checked above), as the per-CPU

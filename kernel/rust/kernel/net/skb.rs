@@ -14,6 +14,27 @@ use crate::{
 };
 use core::{marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
 
+/// A position in an skb's buffer as `sk_buff` records it (`sk_buff_data_t`): an offset from
+/// `head` where the kernel keeps offsets (64-bit), a pointer elsewhere.
+trait DataPosition {
+    /// The position's address in a buffer that starts at `head`.
+    fn at(self, head: *mut u8) -> *mut u8;
+}
+
+impl DataPosition for u32 {
+    #[inline]
+    fn at(self, head: *mut u8) -> *mut u8 {
+        head.wrapping_add(self as usize)
+    }
+}
+
+impl DataPosition for *mut u8 {
+    #[inline]
+    fn at(self, _head: *mut u8) -> *mut u8 {
+        self
+    }
+}
+
 /// Who a received packet was addressed to (`PACKET_*` of `if_packet.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PacketType {
@@ -108,11 +129,12 @@ impl SkBuff<Owned> {
         ptr
     }
 
-    /// Allocates an skb for receiving on `dev` with `len` bytes of room (and the usual
-    /// headroom).
-    pub fn alloc(dev: &NetDevice, len: u32, flags: Flags) -> Result<Self> {
-        // SAFETY: `dev` is valid.
-        let skb = unsafe { bindings::__netdev_alloc_skb(dev.as_raw(), len, flags.as_raw()) };
+    /// Allocates an skb for receiving with `len` bytes of room (and the usual headroom), on
+    /// `dev` if given (else the device is set when the packet is received).
+    pub fn alloc(dev: Option<&NetDevice>, len: u32, flags: Flags) -> Result<Self> {
+        let dev = dev.map_or(core::ptr::null_mut(), NetDevice::as_raw);
+        // SAFETY: `dev` is valid or null, which the function accepts.
+        let skb = unsafe { bindings::__netdev_alloc_skb(dev, len, flags.as_raw()) };
         // INVARIANT: a new skb is owned by its allocator.
         Ok(Self {
             ptr: NonNull::new(skb).ok_or(ENOMEM)?,
@@ -185,16 +207,33 @@ impl<O: Ownership> SkBuff<O> {
         len.saturating_sub(data_len)
     }
 
-    /// Free space in front of the data.
-    pub fn headroom(&self) -> u32 {
+    /// The addresses of the buffer's start (`head`), the data, its tail and the buffer's
+    /// end (where the shared info sits), read here rather than through calls.
+    #[inline]
+    fn bounds(&self) -> [*mut u8; 4] {
+        let skb = self.raw();
         // SAFETY: By the type invariant the skb is valid.
-        unsafe { bindings::skb_headroom(self.raw()) }
+        let (head, data, tail, end) =
+            unsafe { ((*skb).head, (*skb).data, (*skb).tail, (*skb).end) };
+        [head, data, tail.at(head), end.at(head)]
     }
 
-    /// Free space after the linear data.
+    /// Free space in front of the data.
+    #[inline]
+    pub fn headroom(&self) -> u32 {
+        let [head, data, _, _] = self.bounds();
+        (data as usize).saturating_sub(head as usize) as u32
+    }
+
+    /// Free space after the linear data (none when the skb has fragments, whose data
+    /// comes after the linear part).
+    #[inline]
     pub fn tailroom(&self) -> u32 {
-        // SAFETY: By the type invariant the skb is valid.
-        u32::try_from(unsafe { bindings::skb_tailroom(self.raw()) }).unwrap_or(0)
+        if self.headlen() != self.len() {
+            return 0;
+        }
+        let [_, _, tail, end] = self.bounds();
+        (end as usize).saturating_sub(tail as usize) as u32
     }
 
     /// The linear part of the data.
@@ -225,6 +264,18 @@ impl<O: Ownership> SkBuff<O> {
         unsafe { bindings::skb_cloned(self.raw()) != 0 }
     }
 
+    /// The tailroom of a linear skb whose data is its own, for a device to write into: its
+    /// first byte and its length. `EINVAL` for an skb with fragments or a clone (whose
+    /// buffer others read). The bytes are valid while the skb is owned and its tail and end
+    /// unchanged; what the device wrote joins the data through [`SkBuff::put`].
+    pub(crate) fn tailroom_for_device(&mut self) -> Result<(NonNull<u8>, u32)> {
+        if self.headlen() != self.len() || self.is_cloned() {
+            return Err(EINVAL);
+        }
+        let [_, _, tail, _] = self.bounds();
+        Ok((NonNull::new(tail).ok_or(EINVAL)?, self.tailroom()))
+    }
+
     /// Appends `len` bytes at the tail and returns them; `EINVAL` without tailroom or when
     /// the data is shared with a clone.
     pub fn put(&mut self, len: u32) -> Result<&mut [u8]> {
@@ -235,6 +286,17 @@ impl<O: Ownership> SkBuff<O> {
         let p = unsafe { bindings::skb_put(self.raw(), len) };
         // SAFETY: `skb_put` returned the start of the `len` new bytes, now part of the data.
         Ok(unsafe { core::slice::from_raw_parts_mut(p.cast(), len as usize) })
+    }
+
+    /// Cuts the data of a linear skb to its first `len` bytes (no change if it holds
+    /// fewer); `EINVAL` for an skb with fragments.
+    pub fn trim(&mut self, len: u32) -> Result {
+        if self.headlen() != self.len() {
+            return Err(EINVAL);
+        }
+        // SAFETY: The skb is valid, held exclusively by us, and linear.
+        unsafe { bindings::skb_trim(self.raw(), len) };
+        Ok(())
     }
 
     /// Prepends `len` bytes and returns them. A header shared with clones, or too little
@@ -425,12 +487,13 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// The shared info (fragments), read while the skb is held.
+    #[inline]
     fn shinfo(&self) -> &bindings::skb_shared_info {
-        // SAFETY: By the type invariant the skb is valid.
-        let shinfo = unsafe { bindings::skb_shinfo(self.raw()) };
-        // SAFETY: Every skb has its shared info at the end of its head; its fragments are
-        // changed only by the holder of an unshared skb, through `&mut self`.
-        unsafe { &*shinfo }
+        let [_, _, _, end] = self.bounds();
+        // SAFETY: Every skb has its shared info at `end` (`skb_shinfo`), valid while the skb
+        // is; its fragments are changed only by the holder of an unshared skb, through
+        // `&mut self`.
+        unsafe { &*end.cast::<bindings::skb_shared_info>() }
     }
 
     /// Fragment `index`: its page, the offset of its bytes in that page and their length.

@@ -38,6 +38,124 @@ impl DmaDirection {
     }
 }
 
+/// Whether `device` takes kernel virtual addresses as DMA addresses (a software device such
+/// as rxe: `ib_uses_virt_dma`). Its mappings are then the addresses themselves, and syncing
+/// and unmapping do nothing: decided here, without a call, as C's inline `ib_dma_*`
+/// functions decide it.
+///
+/// # Safety
+///
+/// `device` must be valid.
+#[inline]
+unsafe fn uses_virt_dma(device: *mut bindings::ib_device) -> bool {
+    // SAFETY: The caller guarantees the device.
+    cfg!(CONFIG_INFINIBAND_VIRT_DMA) && unsafe { (*device).dma_device.is_null() }
+}
+
+/// Maps the `len` bytes at `ptr` for `dir` on `device` (`ib_dma_map_single`); `ENOMEM` if
+/// the mapping fails.
+///
+/// # Safety
+///
+/// `device` must be valid, and the memory must stay allocated until unmapped.
+#[inline]
+unsafe fn map_single(
+    device: *mut bindings::ib_device,
+    ptr: *mut u8,
+    len: usize,
+    dir: DmaDirection,
+) -> Result<u64> {
+    // SAFETY: The caller guarantees the device.
+    if unsafe { uses_virt_dma(device) } {
+        return Ok(ptr as u64);
+    }
+    // SAFETY: The caller guarantees the device and the memory.
+    let addr = unsafe { bindings::ib_dma_map_single(device, ptr.cast(), len, dir.as_raw()) };
+    // SAFETY: The device is valid and `addr` came from a mapping on it.
+    if unsafe { bindings::ib_dma_mapping_error(device, addr) } != 0 {
+        return Err(ENOMEM);
+    }
+    Ok(addr)
+}
+
+/// Maps `len` bytes at `offset` of `page` for `dir` on `device` (`ib_dma_map_page`);
+/// `ENOMEM` if the mapping fails.
+///
+/// # Safety
+///
+/// `device` must be valid, and the page must stay allocated until unmapped.
+#[inline]
+unsafe fn map_page(
+    device: *mut bindings::ib_device,
+    page: *mut bindings::page,
+    offset: usize,
+    len: usize,
+    dir: DmaDirection,
+) -> Result<u64> {
+    // SAFETY: The caller guarantees the device and the page.
+    let addr = unsafe { bindings::ib_dma_map_page(device, page, offset, len, dir.as_raw()) };
+    // SAFETY: The device is valid and `addr` came from a mapping on it.
+    if unsafe { bindings::ib_dma_mapping_error(device, addr) } != 0 {
+        return Err(ENOMEM);
+    }
+    Ok(addr)
+}
+
+/// Ends a mapping made by [`map_single`] (`page` false) or [`map_page`] (`page` true).
+///
+/// # Safety
+///
+/// `device` must be valid, and `addr` a live mapping of `len` bytes for `dir` on it, made
+/// as `page` says and ended once.
+#[inline]
+unsafe fn unmap(
+    device: *mut bindings::ib_device,
+    addr: u64,
+    len: usize,
+    dir: DmaDirection,
+    page: bool,
+) {
+    // SAFETY: The caller guarantees the device.
+    if unsafe { uses_virt_dma(device) } {
+        return;
+    }
+    if page {
+        // SAFETY: The caller guarantees the mapping.
+        unsafe { bindings::ib_dma_unmap_page(device, addr, len, dir.as_raw()) };
+    } else {
+        // SAFETY: The caller guarantees the mapping.
+        unsafe { bindings::ib_dma_unmap_single(device, addr, len, dir.as_raw()) };
+    }
+}
+
+/// Hands `len` bytes mapped at `addr` on `device` to the device (`to_device`) or back to the
+/// CPU.
+///
+/// # Safety
+///
+/// `device` must be valid, and `addr` a live streaming mapping of at least `len` bytes for
+/// `dir` on it.
+#[inline]
+unsafe fn sync(
+    device: *mut bindings::ib_device,
+    addr: u64,
+    len: usize,
+    dir: DmaDirection,
+    to_device: bool,
+) {
+    // SAFETY: The caller guarantees the device.
+    if unsafe { uses_virt_dma(device) } {
+        return;
+    }
+    if to_device {
+        // SAFETY: The caller guarantees the mapping.
+        unsafe { bindings::ib_dma_sync_single_for_device(device, addr, len, dir.as_raw()) };
+    } else {
+        // SAFETY: The caller guarantees the mapping.
+        unsafe { bindings::ib_dma_sync_single_for_cpu(device, addr, len, dir.as_raw()) };
+    }
+}
+
 /// A zero-filled kernel buffer with a streaming DMA mapping for one device.
 ///
 /// The mapping lives as long as the buffer. Whoever owns a `DmaBuffer` owns it for the CPU:
@@ -66,18 +184,7 @@ impl DmaBuffer {
         let mut buf = KVec::from_elem(0u8, size, flags)?;
         // SAFETY: The device is registered; `buf` is a live allocation of `size` bytes that
         // is not moved (only its owning `KVec` is) until unmapped in `drop`.
-        let addr = unsafe {
-            bindings::ib_dma_map_single(
-                device.as_raw(),
-                buf.as_mut_ptr().cast(),
-                size,
-                dir.as_raw(),
-            )
-        };
-        // SAFETY: The device is valid and `addr` came from a mapping on it.
-        if unsafe { bindings::ib_dma_mapping_error(device.as_raw(), addr) } != 0 {
-            return Err(ENOMEM);
-        }
+        let addr = unsafe { map_single(device.as_raw(), buf.as_mut_ptr(), size, dir) }?;
         // INVARIANT: `addr` maps all of `buf` for `dir`; a fresh mapping is synchronised for
         // the CPU below.
         let this = Self {
@@ -129,32 +236,29 @@ impl DmaBuffer {
     /// Hands the bytes to the device (before posting).
     pub(crate) fn sync_for_device(&self) {
         // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
-        unsafe { sync(&self.device, self.addr, self.buf.len(), self.dir, true) };
+        unsafe {
+            sync(
+                self.device.as_raw(),
+                self.addr,
+                self.buf.len(),
+                self.dir,
+                true,
+            )
+        };
     }
 
     /// Takes the bytes back for the CPU (after completion).
     pub(crate) fn sync_for_cpu(&self) {
         // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
-        unsafe { sync(&self.device, self.addr, self.buf.len(), self.dir, false) };
-    }
-}
-
-/// Hands `len` bytes mapped at `addr` on `device` to the device (`to_device`) or back to the
-/// CPU.
-///
-/// # Safety
-///
-/// `addr` must be a live streaming mapping of at least `len` bytes for `dir` on `device`.
-unsafe fn sync(device: &DeviceRef, addr: u64, len: usize, dir: DmaDirection, to_device: bool) {
-    if to_device {
-        // SAFETY: The caller guarantees the mapping; the device is registered while
-        // referenced.
         unsafe {
-            bindings::ib_dma_sync_single_for_device(device.as_raw(), addr, len, dir.as_raw())
+            sync(
+                self.device.as_raw(),
+                self.addr,
+                self.buf.len(),
+                self.dir,
+                false,
+            )
         };
-    } else {
-        // SAFETY: As above.
-        unsafe { bindings::ib_dma_sync_single_for_cpu(device.as_raw(), addr, len, dir.as_raw()) };
     }
 }
 
@@ -163,11 +267,12 @@ impl Drop for DmaBuffer {
         // SAFETY: By the type invariant the mapping exists and is released only here, before
         // `buf` is freed (fields drop after this body).
         unsafe {
-            bindings::ib_dma_unmap_single(
+            unmap(
                 self.device.as_raw(),
                 self.addr,
                 self.buf.len(),
-                self.dir.as_raw(),
+                self.dir,
+                false,
             )
         };
     }
@@ -194,18 +299,14 @@ impl DmaPage {
         // SAFETY: The device is registered; the page is ours and stays allocated until it is
         // unmapped (in `into_page` or `drop`).
         let addr = unsafe {
-            bindings::ib_dma_map_page(
+            map_page(
                 device.as_raw(),
                 page.as_ptr(),
                 0,
                 PAGE_SIZE,
-                DmaDirection::FromDevice.as_raw(),
+                DmaDirection::FromDevice,
             )
-        };
-        // SAFETY: The device is valid and `addr` came from a mapping on it.
-        if unsafe { bindings::ib_dma_mapping_error(device.as_raw(), addr) } != 0 {
-            return Err(ENOMEM);
-        }
+        }?;
         // INVARIANT: just mapped; a fresh mapping is synchronised for the CPU.
         Ok(Self {
             page: ManuallyDrop::new(page),
@@ -228,11 +329,12 @@ impl DmaPage {
     fn unmap(&mut self) {
         // SAFETY: By the type invariant the mapping exists; callers release it once.
         unsafe {
-            bindings::ib_dma_unmap_page(
+            unmap(
                 self.device.as_raw(),
                 self.addr,
                 PAGE_SIZE,
-                DmaDirection::FromDevice.as_raw(),
+                DmaDirection::FromDevice,
+                true,
             )
         };
     }
@@ -245,7 +347,7 @@ impl DmaPage {
         // SAFETY: By the type invariant `addr` maps a page from the device.
         unsafe {
             sync(
-                &self.device,
+                self.device.as_raw(),
                 self.addr,
                 PAGE_SIZE,
                 DmaDirection::FromDevice,
@@ -258,7 +360,7 @@ impl DmaPage {
         // SAFETY: By the type invariant `addr` maps a page from the device.
         unsafe {
             sync(
-                &self.device,
+                self.device.as_raw(),
                 self.addr,
                 PAGE_SIZE,
                 DmaDirection::FromDevice,
@@ -373,6 +475,105 @@ impl ScatterBuffer {
     }
 }
 
+/// A socket buffer whose tailroom is mapped for a device to write one receive into: the
+/// bytes received become the skb's data where they landed, without a copy
+/// ([`RecvSkb::into_skb`]). Dropping it ends the mapping, then frees the skb. Only queues
+/// make and keep them: posting an [`SkBuff`] for a receive maps it.
+///
+/// # Invariants
+///
+/// `device` stays valid while the object lives. `addr` maps the `len` bytes of the skb's
+/// tailroom with `ib_dma_map_single` for `DMA_FROM_DEVICE` on `device`. The skb is owned,
+/// linear and not cloned, and its data pointers are unchanged while mapped.
+pub struct RecvSkb {
+    skb: ManuallyDrop<SkBuff>,
+    addr: u64,
+    len: u32,
+    device: *mut bindings::ib_device,
+}
+
+// SAFETY: The device may be used from any thread, and an owned skb may move between threads.
+unsafe impl Send for RecvSkb {}
+
+impl RecvSkb {
+    /// Maps the tailroom of `skb` for `device` to write. `EINVAL` (the skb freed) for an skb
+    /// with fragments, a clone or no tailroom, `ENOMEM` when the mapping fails.
+    ///
+    /// # Safety
+    ///
+    /// `device` must be valid and stay so until the object is dropped or turned back into
+    /// its skb.
+    pub(crate) unsafe fn new(device: *mut bindings::ib_device, mut skb: SkBuff) -> Result<Self> {
+        let (tail, len) = skb.tailroom_for_device()?;
+        if len == 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: The caller guarantees the device; the `len` bytes at `tail` are the skb's
+        // tailroom, which stays allocated and written by nobody else while the skb is ours.
+        let addr = unsafe {
+            map_single(
+                device,
+                tail.as_ptr(),
+                len as usize,
+                DmaDirection::FromDevice,
+            )
+        }?;
+        // INVARIANT: `addr` maps the tailroom, just measured, of an skb checked linear and
+        // not cloned.
+        Ok(Self {
+            skb: ManuallyDrop::new(skb),
+            addr,
+            len,
+            device,
+        })
+    }
+
+    /// The mapped bytes as the one scatter/gather entry of a receive, with `lkey`.
+    #[inline]
+    pub(crate) fn sge(&self, lkey: u32) -> bindings::ib_sge {
+        bindings::ib_sge {
+            addr: self.addr,
+            length: self.len,
+            lkey,
+        }
+    }
+
+    /// Ends the mapping and returns the skb, its data extended by the `written` bytes the
+    /// device reported (no more than were mapped).
+    #[inline]
+    pub(crate) fn into_skb(self, written: u32) -> SkBuff {
+        let mut this = ManuallyDrop::new(self);
+        this.unmap();
+        // SAFETY: `this` is never used or dropped again, so the skb is taken exactly once.
+        let mut skb = unsafe { ManuallyDrop::take(&mut this.skb) };
+        // The tailroom is unchanged since it was measured, so this cannot fail.
+        let _ = skb.put(written.min(this.len));
+        skb
+    }
+
+    fn unmap(&mut self) {
+        // SAFETY: By the type invariant `addr` maps `len` bytes on `device`, which is valid;
+        // callers unmap once.
+        unsafe {
+            unmap(
+                self.device,
+                self.addr,
+                self.len as usize,
+                DmaDirection::FromDevice,
+                false,
+            )
+        };
+    }
+}
+
+impl Drop for RecvSkb {
+    fn drop(&mut self) {
+        self.unmap();
+        // SAFETY: The skb is taken only here or in `into_skb`, which forgets `self`.
+        drop(unsafe { ManuallyDrop::take(&mut self.skb) });
+    }
+}
+
 /// Most segments of a mapped socket buffer: its linear part and every page fragment.
 pub const MAX_SKB_SEGMENTS: usize = bindings::MAX_SKB_FRAGS as usize + 1;
 
@@ -425,24 +626,22 @@ impl SkbMapping {
             mapped: 0,
             device,
         };
-        let to_device = DmaDirection::ToDevice.as_raw();
         let head = this.head_bytes();
         if !head.is_empty() {
             // SAFETY: The caller guarantees the device; `head` lies in the skb's linear part,
             // which stays allocated and unchanged until unmapped (the skb is ours).
-            let addr = unsafe {
-                bindings::ib_dma_map_single(
+            let mapped = unsafe {
+                map_single(
                     device,
-                    head.as_ptr().cast_mut().cast(),
+                    head.as_ptr().cast_mut(),
                     head.len(),
-                    to_device,
+                    DmaDirection::ToDevice,
                 )
             };
-            // SAFETY: The device is valid and `addr` came from a mapping on it.
-            if unsafe { bindings::ib_dma_mapping_error(device, addr) } != 0 {
-                return Err((ENOMEM, this.into_skb()));
+            match mapped {
+                Ok(addr) => this.head = Some(addr),
+                Err(e) => return Err((e, this.into_skb())),
             }
-            this.head = Some(addr);
         }
         for index in 0..this.skb.nr_frags() {
             let Some((page, offset, len)) = this.skb.frag(index) else {
@@ -450,12 +649,12 @@ impl SkbMapping {
             };
             // SAFETY: The device is valid; the fragment's page holds `len` bytes at `offset`
             // and stays referenced by the skb until unmapped.
-            let addr =
-                unsafe { bindings::ib_dma_map_page(device, page.as_ptr(), offset, len, to_device) };
-            // SAFETY: The device is valid and `addr` came from a mapping on it.
-            if unsafe { bindings::ib_dma_mapping_error(device, addr) } != 0 {
-                return Err((ENOMEM, this.into_skb()));
-            }
+            let mapped =
+                unsafe { map_page(device, page.as_ptr(), offset, len, DmaDirection::ToDevice) };
+            let addr = match mapped {
+                Ok(addr) => addr,
+                Err(e) => return Err((e, this.into_skb())),
+            };
             // `nr_frags` is below the array's length (checked above).
             if let Some(slot) = this.frags.get_mut(index) {
                 *slot = addr;
@@ -517,19 +716,24 @@ impl SkbMapping {
 
     /// Ends every mapping recorded and forgets it.
     fn unmap(&mut self) {
-        let to_device = DmaDirection::ToDevice.as_raw();
         if let Some(addr) = self.head.take() {
             // SAFETY: By the type invariant `addr` maps the head bytes on `device`, which is
             // valid; it is forgotten above.
             unsafe {
-                bindings::ib_dma_unmap_single(self.device, addr, self.head_bytes().len(), to_device)
+                unmap(
+                    self.device,
+                    addr,
+                    self.head_bytes().len(),
+                    DmaDirection::ToDevice,
+                    false,
+                )
             };
         }
         for (index, &addr) in self.frags.iter().take(self.mapped).enumerate() {
             let len = self.skb.frag_len(index).unwrap_or(0);
             // SAFETY: By the type invariant `addr` maps fragment `index` (`len` bytes) on
             // `device`, which is valid; it is forgotten below.
-            unsafe { bindings::ib_dma_unmap_page(self.device, addr, len, to_device) };
+            unsafe { unmap(self.device, addr, len, DmaDirection::ToDevice, true) };
         }
         self.mapped = 0;
     }

@@ -14,7 +14,7 @@ use super::{
     ah::AddressHandle,
     cq::{QpId, RawCompletionQueue, WorkCompletion},
     device::{Device, Gid},
-    dma::{DmaBuffer, ScatterBuffer, SkbMapping, MAX_SKB_SEGMENTS},
+    dma::{DmaBuffer, RecvSkb, ScatterBuffer, SkbMapping, MAX_SKB_SEGMENTS},
     pd::ProtectionDomain,
     slots::WorkSlots,
 };
@@ -221,83 +221,115 @@ const MAX_RECV_SGE: usize = 16;
 mod sealed {
     use crate::{bindings, error::Result};
 
-    /// How a receive buffer describes itself to the device.
-    pub trait Sealed {
-        /// The buffer's scatter/gather entries, no more than it needs (they are made for
+    /// The scatter/gather entries of a [`super::ScatterBuffer`]: the first `n` of `sges`
+    /// (a type outside code cannot name).
+    pub struct ScatterSges {
+        pub(super) sges: [bindings::ib_sge; super::MAX_RECV_SGE],
+        pub(super) n: usize,
+    }
+
+    impl AsMut<[bindings::ib_sge]> for ScatterSges {
+        fn as_mut(&mut self) -> &mut [bindings::ib_sge] {
+            let n = self.n.min(self.sges.len());
+            &mut self.sges[..n]
+        }
+    }
+
+    /// How receive memory is handed to a device and taken back.
+    pub trait Sealed: Sized {
+        /// What a receive ring keeps while the device owns the memory.
+        type Posted: Send;
+        /// The scatter/gather entries of a receive, no more than it needs (they are made for
         /// every receive posted).
         type Sges: AsMut<[bindings::ib_sge]>;
-        /// The buffer's segments as scatter/gather entries with `lkey`.
-        fn sges(&self, lkey: u32) -> Result<Self::Sges>;
-        /// Hands the memory to the device.
-        fn sync_for_device(&self);
-        /// Takes the memory back for the CPU.
-        fn sync_for_cpu(&self);
-        /// Whether `device` may write all of the memory.
-        fn usable_by(&self, device: &super::Device) -> bool;
+        /// Makes the memory the device's to write: `EINVAL` unless `device` may write all
+        /// of it; on failure the memory is freed.
+        ///
+        /// # Safety
+        ///
+        /// `device` must stay valid for as long as the result lives.
+        unsafe fn hand_over(self, device: &super::Device) -> Result<Self::Posted>;
+        /// The memory as scatter/gather entries with `lkey`.
+        fn sges(posted: &Self::Posted, lkey: u32) -> Result<Self::Sges>;
+        /// Takes the memory back for the CPU, with the number of bytes the device wrote if
+        /// the receive completed.
+        fn take_back(posted: Self::Posted, written: Option<u32>) -> Self;
     }
 }
 
-/// Memory a receive can land in: a [`DmaBuffer`] (one segment) or a [`ScatterBuffer`]
-/// (a head and pages, up to 16 segments).
+/// Memory a receive can land in: a [`DmaBuffer`] (one segment), a [`ScatterBuffer`] (a
+/// head and pages, up to 16 segments) or an [`SkBuff`], whose tailroom the device writes
+/// and which comes back holding what it received (the skb for the stack, without a copy).
 pub trait RecvBuffer: sealed::Sealed + Send {}
 
 impl sealed::Sealed for DmaBuffer {
+    type Posted = Self;
     type Sges = [bindings::ib_sge; 1];
     #[inline]
-    fn sges(&self, lkey: u32) -> Result<Self::Sges> {
-        let length = u32::try_from(self.len()).map_err(|_| EINVAL)?;
+    unsafe fn hand_over(self, device: &Device) -> Result<Self> {
+        if !self.usable_by(device, true) {
+            return Err(EINVAL);
+        }
+        self.sync_for_device();
+        Ok(self)
+    }
+    #[inline]
+    fn sges(posted: &Self, lkey: u32) -> Result<Self::Sges> {
+        let length = u32::try_from(posted.len()).map_err(|_| EINVAL)?;
         Ok([bindings::ib_sge {
-            addr: self.dma_addr(),
+            addr: posted.dma_addr(),
             length,
             lkey,
         }])
     }
     #[inline]
-    fn sync_for_device(&self) {
-        DmaBuffer::sync_for_device(self)
-    }
-    #[inline]
-    fn sync_for_cpu(&self) {
-        DmaBuffer::sync_for_cpu(self)
-    }
-    #[inline]
-    fn usable_by(&self, device: &Device) -> bool {
-        DmaBuffer::usable_by(self, device, true)
+    fn take_back(posted: Self, _written: Option<u32>) -> Self {
+        posted.sync_for_cpu();
+        posted
     }
 }
 impl RecvBuffer for DmaBuffer {}
 
-/// The scatter/gather entries of a [`ScatterBuffer`]: the first `n` of `sges`.
-pub struct ScatterSges {
-    sges: [bindings::ib_sge; MAX_RECV_SGE],
-    n: usize,
-}
-
-impl AsMut<[bindings::ib_sge]> for ScatterSges {
-    fn as_mut(&mut self) -> &mut [bindings::ib_sge] {
-        let n = self.n.min(MAX_RECV_SGE);
-        &mut self.sges[..n]
-    }
-}
-
 impl sealed::Sealed for ScatterBuffer {
-    type Sges = ScatterSges;
-    fn sges(&self, lkey: u32) -> Result<ScatterSges> {
+    type Posted = Self;
+    type Sges = sealed::ScatterSges;
+    unsafe fn hand_over(self, device: &Device) -> Result<Self> {
+        if !self.usable_by(device) {
+            return Err(EINVAL);
+        }
+        self.sync_for_device();
+        Ok(self)
+    }
+    fn sges(posted: &Self, lkey: u32) -> Result<sealed::ScatterSges> {
         let mut sges = [bindings::ib_sge::default(); MAX_RECV_SGE];
-        let n = ScatterBuffer::fill_sges(self, lkey, &mut sges)?;
-        Ok(ScatterSges { sges, n })
+        let n = posted.fill_sges(lkey, &mut sges)?;
+        Ok(sealed::ScatterSges { sges, n })
     }
-    fn sync_for_device(&self) {
-        ScatterBuffer::sync_for_device(self)
-    }
-    fn sync_for_cpu(&self) {
-        ScatterBuffer::sync_for_cpu(self)
-    }
-    fn usable_by(&self, device: &Device) -> bool {
-        ScatterBuffer::usable_by(self, device)
+    fn take_back(posted: Self, _written: Option<u32>) -> Self {
+        posted.sync_for_cpu();
+        posted
     }
 }
 impl RecvBuffer for ScatterBuffer {}
+
+impl sealed::Sealed for SkBuff {
+    type Posted = RecvSkb;
+    type Sges = [bindings::ib_sge; 1];
+    #[inline]
+    unsafe fn hand_over(self, device: &Device) -> Result<RecvSkb> {
+        // SAFETY: The caller keeps the device valid while the mapping lives.
+        unsafe { RecvSkb::new(device.as_raw(), self) }
+    }
+    #[inline]
+    fn sges(posted: &RecvSkb, lkey: u32) -> Result<Self::Sges> {
+        Ok([posted.sge(lkey)])
+    }
+    #[inline]
+    fn take_back(posted: RecvSkb, written: Option<u32>) -> Self {
+        posted.into_skb(written.unwrap_or(0))
+    }
+}
+impl RecvBuffer for SkBuff {}
 
 /// A shared receive queue as queue pairs see it: something they can be created on. Sealed:
 /// only [`super::srq::SharedReceiveQueue`] is one.
@@ -313,7 +345,7 @@ pub trait SharedQueue: Send + Sync + super::private::Sealed {
 /// Receive buffers posted to a queue pair or a shared receive queue, each in the slot its
 /// request names until the request completes.
 pub(crate) struct RecvRing<B: RecvBuffer> {
-    slots: WorkSlots<B>,
+    slots: WorkSlots<B::Posted>,
 }
 
 impl<B: RecvBuffer> RecvRing<B> {
@@ -326,23 +358,26 @@ impl<B: RecvBuffer> RecvRing<B> {
     /// Posts `buf` through `post` (which hands the request to the device and returns its
     /// status); keeps the buffer until its completion. `EINVAL` unless `device` may write
     /// all of the buffer, `ENOSPC` when every slot is in use; on failure the buffer is freed.
+    ///
+    /// # Safety
+    ///
+    /// `device` must stay valid for as long as the ring lives (buffers it keeps may need it
+    /// to be released).
     #[inline]
-    pub(crate) fn post(
+    pub(crate) unsafe fn post(
         &self,
         buf: B,
         (device, lkey): (&Device, u32),
         post: impl FnOnce(&bindings::ib_recv_wr) -> c_int,
     ) -> Result {
-        if !buf.usable_by(device) {
-            return Err(EINVAL);
-        }
-        let mut sges = buf.sges(lkey)?;
+        // SAFETY: The caller keeps `device` valid while the ring, hence what it keeps, lives.
+        let posted = unsafe { B::hand_over(buf, device) }?;
+        let mut sges = B::sges(&posted, lkey)?;
         let sges = sges.as_mut();
         let num_sge = c_int::try_from(sges.len()).map_err(|_| EINVAL)?;
         let claim = self.slots.claim().ok_or(ENOSPC)?;
-        buf.sync_for_device();
         // The buffer is in its slot before the device can complete the request.
-        let wr_id = claim.fill(buf);
+        let wr_id = claim.fill(posted);
         let wr = bindings::ib_recv_wr {
             next: core::ptr::null_mut(),
             __bindgen_anon_1: bindings::ib_recv_wr__bindgen_ty_1 { wr_id },
@@ -353,8 +388,8 @@ impl<B: RecvBuffer> RecvRing<B> {
         if ret != 0 {
             // Not posted: no completion names the slot (a reset may have taken the buffer
             // meanwhile, and given it back).
-            if let Some(buf) = self.slots.take(wr_id) {
-                buf.sync_for_cpu();
+            if let Some(posted) = self.slots.take(wr_id) {
+                drop(B::take_back(posted, None));
             }
             return to_result(ret);
         }
@@ -366,10 +401,9 @@ impl<B: RecvBuffer> RecvRing<B> {
     /// since).
     #[inline]
     pub(crate) fn complete(&self, wc: &mut WorkCompletion) -> Option<B> {
-        let buf = self.slots.take(wc.wr_id())?;
+        let posted = self.slots.take(wc.wr_id())?;
         wc.consume();
-        buf.sync_for_cpu();
-        Some(buf)
+        Some(B::take_back(posted, Some(wc.byte_len())))
     }
 
     /// Buffers posted and not completed.
@@ -380,9 +414,7 @@ impl<B: RecvBuffer> RecvRing<B> {
     /// Leaks every posted buffer, for a queue the device may still write to (its destroy
     /// failed): never freed, they stay valid for it.
     pub(crate) fn leak_all(&self) {
-        while let Some(buf) = self.slots.take_any() {
-            core::mem::forget(buf);
-        }
+        self.slots.drain(core::mem::forget);
     }
 
     /// The device discarded every posted request: takes the buffers back one by one and
@@ -390,13 +422,11 @@ impl<B: RecvBuffer> RecvRing<B> {
     ///
     /// # Safety
     ///
-    /// The device must no longer access any buffer posted so far.
+    /// The device must no longer access any buffer posted so far, and no post may be under
+    /// way (its buffer would be handed back while it is given to the device).
     pub(crate) unsafe fn discard_all(&self, mut back: impl FnMut(B)) {
         self.slots.renew();
-        while let Some(buf) = self.slots.take_any() {
-            buf.sync_for_cpu();
-            back(buf);
-        }
+        self.slots.drain(|posted| back(B::take_back(posted, None)));
     }
 }
 
@@ -536,17 +566,22 @@ impl QpChange {
 /// event callback) is freed. A slot whose state is a `wr_id` holds the buffer of the work
 /// request posted (or about to be) with that `wr_id` and not completed through this
 /// object; during a reset, also of requests the device dropped, whose `wr_id` carries the
-/// serial before it was renewed. While `posting` counts a reset, no send is posted.
+/// serial before it was renewed. While `posting` counts a reset, no send is posted; while
+/// `recv_posting` does, no receive.
 #[pin_data(PinnedDrop)]
 pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     qp: NonNull<bindings::ib_qp>,
     qp_type: QpType,
     /// Scatter/gather entries a send may have, as the device granted.
     max_send_sge: usize,
-    /// Resets under way, during which posts are refused; held across each `ib_post_send`,
-    /// so that no post overlaps a reset.
+    /// Resets under way, during which sends are refused; held across each `ib_post_send`,
+    /// so that no send overlaps a reset.
     #[pin]
     posting: SpinLockBh<u32>,
+    /// The same for receives, held across each `ib_post_recv`: a receive being posted
+    /// while a reset hands the buffers back would leave the device a buffer given back.
+    #[pin]
+    recv_posting: SpinLockBh<u32>,
     /// What each send in flight carries; the completion path (NAPI on another CPU) takes
     /// it back without waiting for a post in progress.
     send: WorkSlots<SendSlot>,
@@ -573,10 +608,14 @@ unsafe impl<B: RecvBuffer> Sync for QueuePair<B> {}
 /// copy of a name literal: the classes are made here, in code that is not generic and not
 /// inlined.
 #[inline(never)]
-fn qp_lock_classes() -> [(&'static CStr, &'static crate::sync::LockClassKey); 2] {
+fn qp_lock_classes() -> [(&'static CStr, &'static crate::sync::LockClassKey); 3] {
     [
         (
             crate::c_str!("QueuePair::posting"),
+            crate::static_lock_class!(),
+        ),
+        (
+            crate::c_str!("QueuePair::recv_posting"),
             crate::static_lock_class!(),
         ),
         (
@@ -713,13 +752,17 @@ impl<B: RecvBuffer> QueuePair<B> {
             max_send_sge: (attr.cap.max_send_sge.max(caps.max_send_sge) as usize)
                 .min(MAX_SKB_SEGMENTS),
             posting <- {
-                let [(name, key), _] = qp_lock_classes();
+                let [(name, key), _, _] = qp_lock_classes();
+                SpinLockBh::new(0, name, key)
+            },
+            recv_posting <- {
+                let [_, (name, key), _] = qp_lock_classes();
                 SpinLockBh::new(0, name, key)
             },
             send,
             recv,
             mcast <- {
-                let [_, (name, key)] = qp_lock_classes();
+                let [_, _, (name, key)] = qp_lock_classes();
                 Mutex::new(KVec::new(), name, key)
             },
             pd: pd.clone(),
@@ -847,18 +890,20 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Moves the queue pair to RESET, where the device drops every posted request without
     /// completing it: the buffers come back, sends to `send_back` and receives to
     /// `recv_back`. Completions of requests posted before, still queued in a CQ, match none
-    /// posted afterwards. Sends posted meanwhile are refused (`EINVAL`). The queue pair is
-    /// then brought up again like a new one.
+    /// posted afterwards. Sends and receives posted meanwhile are refused (`EINVAL`). The
+    /// queue pair is then brought up again like a new one.
     pub fn reset(&self, send_back: impl FnMut(Sent), recv_back: impl FnMut(B)) -> Result {
         // No post runs from here on until the buffers are back: one could otherwise queue a
         // request to the device beside the reset, with memory handed back below.
-        {
-            let mut resets = self.posting.lock();
+        for lock in [&self.posting, &self.recv_posting] {
+            let mut resets = lock.lock();
             *resets = resets.saturating_add(1);
         }
         let done = self.reset_posts_held(send_back, recv_back);
-        let mut resets = self.posting.lock();
-        *resets = resets.saturating_sub(1);
+        for lock in [&self.posting, &self.recv_posting] {
+            let mut resets = lock.lock();
+            *resets = resets.saturating_sub(1);
+        }
         done
     }
 
@@ -870,10 +915,9 @@ impl<B: RecvBuffer> QueuePair<B> {
         let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
         self.send.renew();
-        while let Some(slot) = self.send.take_any() {
-            send_back(slot.payload.into_sent());
-        }
-        // SAFETY: In RESET the device holds no request and accesses no posted buffer.
+        self.send.drain(|slot| send_back(slot.payload.into_sent()));
+        // SAFETY: In RESET the device holds no request and accesses no posted buffer; the
+        // caller counted the reset in `recv_posting`, so no receive is being posted.
         unsafe { self.recv.discard_all(recv_back) };
         Ok(())
     }
@@ -884,18 +928,27 @@ impl<B: RecvBuffer> QueuePair<B> {
     }
 
     /// Posts `buf` to receive one message (on UD: 40 bytes of GRH space, then the
-    /// datagram). On failure, or for a queue pair on an SRQ (`EINVAL`), the buffer is freed.
+    /// datagram). On failure, for a queue pair on an SRQ or during a reset (`EINVAL`), the
+    /// buffer is freed.
     pub fn post_recv(&self, buf: B) -> Result {
         if self.srq.is_some() {
             return Err(EINVAL);
         }
-        self.recv
-            .post(buf, (self.pd.device(), self.pd.local_dma_lkey()), |wr| {
-                let mut bad = core::ptr::null();
-                // SAFETY: `qp` is valid; `wr` is valid for the call and describes a buffer the
-                // ring keeps until the request completes.
-                unsafe { bindings::ib_post_recv(self.qp.as_ptr(), wr, &mut bad) }
-            })
+        let post = |wr: &bindings::ib_recv_wr| {
+            let mut bad = core::ptr::null();
+            // SAFETY: `qp` is valid; `wr` is valid for the call and describes a buffer the
+            // ring keeps until the request completes.
+            unsafe { bindings::ib_post_recv(self.qp.as_ptr(), wr, &mut bad) }
+        };
+        let device = (self.pd.device(), self.pd.local_dma_lkey());
+        let resets = self.recv_posting.lock();
+        if *resets != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: The domain, which holds the device, is dropped after the ring (field order).
+        let posted = unsafe { self.recv.post(buf, device, post) };
+        drop(resets);
+        posted
     }
 
     /// Posts the first `len` bytes of `buf` as one datagram to QP `remote_qpn` with Q_Key
@@ -1139,9 +1192,7 @@ impl<B: RecvBuffer> PinnedDrop for QueuePair<B> {
                 ret
             );
             self.recv.leak_all();
-            while let Some(slot) = self.send.take_any() {
-                core::mem::forget(slot);
-            }
+            self.send.drain(core::mem::forget);
             core::mem::forget(self.pd.clone());
             core::mem::forget(self.srq.clone());
             core::mem::forget(self.send_cq.clone());

@@ -9,9 +9,11 @@
 //!
 //! Posting and completing run on different CPUs at once (a send posted from the transmit
 //! path while NAPI reaps the last one), and a reset takes every slot back. Each slot has a
-//! state word instead of a lock: a slot is claimed, filled, taken and emptied by
-//! compare-and-exchange on that word alone, so a post and a completion never wait for each
-//! other, and whoever moved a slot to `BUSY` is the only one to touch its contents.
+//! state word: a slot is claimed, filled, taken and emptied by compare-and-exchange on that
+//! word alone, so a post and a completion never wait for each other, and whoever moved a
+//! slot to `BUSY` is the only one to touch its contents. A completion sees what the post put
+//! in the slot: the slot is filled (a release store) before the request reaches the device,
+//! and the device completes it only after the post's doorbell.
 
 use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
@@ -41,6 +43,12 @@ fn next_serial() -> u32 {
     }
 }
 
+/// One request's entry.
+///
+/// # Invariants
+///
+/// `value` is accessed only by the thread that moved `state` to `BUSY`, as [`WorkSlots`]
+/// states.
 struct Slot<T> {
     /// `EMPTY`, `BUSY`, or the `wr_id` of the posted request whose `T` the slot holds.
     state: AtomicU64,
@@ -97,22 +105,28 @@ impl<T> WorkSlots<T> {
     #[inline]
     pub(crate) fn claim(&self) -> Option<Claim<'_, T>> {
         let n = self.slots.len();
-        let start = self.next.load(Ordering::Relaxed).min(n);
-        let (index, _) = Iterator::chain(start..n, 0..start)
-            .filter_map(|i| Some((i, self.slots.get(i)?)))
-            .find(|(_, slot)| {
-                slot.state
-                    .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            })?;
-        let next = index.checked_add(1).filter(|&i| i < n).unwrap_or(0);
-        self.next.store(next, Ordering::Relaxed);
-        let wr_id = (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64;
-        Some(Claim {
-            table: self,
-            index,
-            wr_id,
-        })
+        let start = self.next.load(Ordering::Relaxed);
+        let start = if start < n { start } else { 0 };
+        let mut index = start;
+        loop {
+            let slot = self.slots.get(index)?;
+            if slot
+                .state
+                .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                let next = index + 1;
+                self.next
+                    .store(if next < n { next } else { 0 }, Ordering::Relaxed);
+                let wr_id = (u64::from(self.serial.load(Ordering::Relaxed)) << 32) | index as u64;
+                // INVARIANT: this thread moved the slot to `BUSY`; an empty slot holds `None`.
+                return Some(Claim { slot, wr_id });
+            }
+            index = if index + 1 < n { index + 1 } else { 0 };
+            if index == start {
+                return None;
+            }
+        }
     }
 
     /// Takes what the request `wr_id` left in its slot, if the slot still holds that
@@ -134,17 +148,20 @@ impl<T> WorkSlots<T> {
         value
     }
 
-    /// Takes what any one request left in its slot, for a queue the device gave up (a
-    /// reset, a destroy that failed); `None` once every slot is empty.
-    pub(crate) fn take_any(&self) -> Option<T> {
-        self.slots.iter().find_map(|slot| {
+    /// Takes what every request left in its slot, one by one to `f`, for a queue the device
+    /// gave up (a reset, a destroy that failed). A slot another thread holds `BUSY` at that
+    /// moment (a post or a completion under way) is left to it.
+    pub(crate) fn drain(&self, mut f: impl FnMut(T)) {
+        for slot in self.slots.iter() {
             let state = slot.state.load(Ordering::Relaxed);
             if state == EMPTY || state == BUSY {
-                return None;
+                continue;
             }
-            // The index is the slot's own: `take` finds this slot.
-            self.take(state)
-        })
+            // The index in `state` is the slot's own: `take` finds this slot.
+            if let Some(value) = self.take(state) {
+                f(value);
+            }
+        }
     }
 
     /// Renews the serial: completions of requests posted so far match none posted from now
@@ -153,7 +170,8 @@ impl<T> WorkSlots<T> {
         self.serial.store(next_serial(), Ordering::Relaxed);
     }
 
-    /// Slots in use: requests posted and not completed, and posts under way.
+    /// Slots in use: requests posted and not completed, and posts and completions under
+    /// way.
     pub(crate) fn used(&self) -> usize {
         self.slots
             .iter()
@@ -164,9 +182,13 @@ impl<T> WorkSlots<T> {
 
 /// A slot claimed for a request: filled with what the request uses ([`Claim::fill`]) just
 /// before it is posted, or given back empty when dropped.
+///
+/// # Invariants
+///
+/// The claim moved `slot` to `BUSY` and holds it so; the slot's value is `None`. `wr_id`
+/// names the slot (its index) under the table's serial at the time of the claim.
 pub(crate) struct Claim<'a, T> {
-    table: &'a WorkSlots<T>,
-    index: usize,
+    slot: &'a Slot<T>,
     wr_id: u64,
 }
 
@@ -176,23 +198,18 @@ impl<T> Claim<'_, T> {
     #[inline]
     pub(crate) fn fill(self, value: T) -> u64 {
         let this = core::mem::ManuallyDrop::new(self);
-        let wr_id = this.wr_id;
-        if let Some(slot) = this.table.slots.get(this.index) {
-            // SAFETY: The claim holds the slot `BUSY` (moved there by `claim`), so this thread
-            // alone accesses the value until the store below.
-            unsafe { *slot.value.get() = Some(value) };
-            // INVARIANT: the slot holds the request's value before it names the request.
-            slot.state.store(wr_id, Ordering::Release);
-        }
-        wr_id
+        // SAFETY: The claim holds the slot `BUSY` (type invariant), so this thread alone
+        // accesses the value until the store below; it is `None`, so nothing is dropped.
+        unsafe { this.slot.value.get().write(Some(value)) };
+        // INVARIANT: the slot holds the request's value before it names the request.
+        this.slot.state.store(this.wr_id, Ordering::Release);
+        this.wr_id
     }
 }
 
 impl<T> Drop for Claim<'_, T> {
     fn drop(&mut self) {
-        if let Some(slot) = self.table.slots.get(self.index) {
-            // INVARIANT: the claim never filled the slot, which is still empty.
-            slot.state.store(EMPTY, Ordering::Release);
-        }
+        // INVARIANT: the claim never filled the slot, which is still empty.
+        self.slot.state.store(EMPTY, Ordering::Release);
     }
 }

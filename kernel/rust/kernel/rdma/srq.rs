@@ -191,13 +191,15 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
     /// Posts `buf` for the next message any attached queue pair receives. On failure the
     /// buffer is freed.
     pub fn post_recv(&self, buf: B) -> Result {
-        self.ring
-            .post(buf, (self.pd.device(), self.pd.local_dma_lkey()), |wr| {
-                let mut bad = core::ptr::null();
-                // SAFETY: `srq` is valid; `wr` is valid for the call and describes a buffer the
-                // ring keeps until the request completes.
-                unsafe { bindings::ib_post_srq_recv(self.srq.as_ptr(), wr, &mut bad) }
-            })
+        let post = |wr: &bindings::ib_recv_wr| {
+            let mut bad = core::ptr::null();
+            // SAFETY: `srq` is valid; `wr` is valid for the call and describes a buffer the
+            // ring keeps until the request completes.
+            unsafe { bindings::ib_post_srq_recv(self.srq.as_ptr(), wr, &mut bad) }
+        };
+        let device = (self.pd.device(), self.pd.local_dma_lkey());
+        // SAFETY: The domain, which holds the device, is dropped after the ring (field order).
+        unsafe { self.ring.post(buf, device, post) }
     }
 
     /// Takes back the buffer of the receive that `wc` (from any attached queue pair)

@@ -2,6 +2,27 @@
 # SPDX-License-Identifier: GPL-2.0
 # The Rust RDMA verbs abstractions between rxe0 and rxe1: rdma_rs_selftest.ko runs its
 # checks when loaded and logs one KTAP line each; they are reported here as test cases.
+#
+# The checks: PD, CQs, UD QPs, address handles and DMA buffers; a UD datagram from rxe0 to
+# rxe1 with its payload, length and source QPN checked; a completion used up once its buffer
+# is taken back (completing it again takes nothing); refused with EINVAL: a queue pair
+# mixing two devices' objects, a buffer mapped for sending posted as a receive, another
+# device's buffer, another domain's address handle, and queue pair changes the transport
+# does not take (RTS from RESET, INIT without a Q_Key, access flags on UD); a send the
+# device refuses (posted in INIT) freed, its slot emptied; a wrong Q_Key dropped; posted
+# buffers flushed back on error; objects released out of order; address handles from a RoCE
+# v2 path record and from a RoCE multicast member record; an RC connection through the IB CM
+# onto an SRQ; the SRQ limit event; the last-WQE-reached event of a queue pair on an SRQ; an
+# MRA reaching the requester; REJ for an unknown service; SA path queries and joins refused
+# on RoCE with their handlers released; an IB client's rename callback (rdma dev set rxe0
+# name rxt0, and back); the REQ's and REP's RNR retry counts (6 and 5) read back as sent
+# (the kernel crate reads them through C helpers: bindgen's accessor for the REQ's reads two
+# padding bits and the field's lowest bit); a receive beyond the queue pair's slots refused;
+# a completion from before a reset taking nothing afterwards; a datagram received into an
+# skb is its data where it landed (an skb with fragments or without tailroom refused).
+#
+# Exactly CHECKS checks (below) must report (a run that stops early fails one), and none of
+# its PDs, CQs, QPs or MRs may be left in `rdma res`.
 . "$(dirname "$0")/lib.sh"
 
 SELFTEST=rdma_rs_selftest
@@ -26,7 +47,7 @@ if echo "$results" | grep -q '^not ok'; then
 	done
 fi
 # Every check the module has, once each: a run that stopped early reports fewer.
-CHECKS=25
+CHECKS=26
 ipoib_check "$SELFTEST reported all its $CHECKS checks" eval "echo \"\$results\" | grep -qx \"1..$cases\" && [ $cases = $CHECKS ]"
 # Its objects, released in and out of creation order, are all gone once it has run. (The
 # RDMA core keeps an owner's name to 15 characters.)
