@@ -48,11 +48,6 @@ unsigned int rust_helper_skb_headlen(const struct sk_buff *skb)
 	return skb_headlen(skb);
 }
 
-void rust_helper_skb_reserve(struct sk_buff *skb, int len)
-{
-	skb_reserve(skb, len);
-}
-
 void rust_helper_dev_kfree_skb_any(struct sk_buff *skb)
 {
 	dev_kfree_skb_any(skb);
@@ -67,6 +62,11 @@ void rust_helper_consume_skb(struct sk_buff *skb)
 int rust_helper_skb_cloned(const struct sk_buff *skb)
 {
 	return skb_cloned(skb);
+}
+
+int rust_helper_skb_header_cloned(const struct sk_buff *skb)
+{
+	return skb_header_cloned(skb);
 }
 
 int rust_helper_skb_cow(struct sk_buff *skb, unsigned int headroom)
@@ -97,11 +97,6 @@ bool rust_helper_napi_schedule(struct napi_struct *n)
 void rust_helper_netif_napi_del(struct napi_struct *napi)
 {
 	netif_napi_del(napi);
-}
-
-void rust_helper_skb_reset_mac_header(struct sk_buff *skb)
-{
-	skb_reset_mac_header(skb);
 }
 
 void rust_helper_skb_add_rx_frag(struct sk_buff *skb, int i, struct page *page,

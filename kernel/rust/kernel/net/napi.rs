@@ -112,6 +112,7 @@ impl Napi {
     /// # Safety
     ///
     /// `ptr` must be a NAPI context being polled, valid for `'a`.
+    #[inline]
     pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::napi_struct) -> &'a Self {
         // SAFETY: `Napi` is `repr(transparent)`; validity is the caller's guarantee.
         // INVARIANT: Being polled, as the caller guarantees.
@@ -119,6 +120,7 @@ impl Napi {
     }
 
     /// The device the context polls for.
+    #[inline]
     pub fn device(&self) -> &NetDevice {
         // SAFETY: The context is valid (type invariant); its `dev` is set when it is added.
         let dev = unsafe { (*self.0.get()).dev };
@@ -132,6 +134,7 @@ impl Napi {
     /// masked, the skb's own memory taken in bulk) where they may be used, with bottom halves
     /// off and interrupts on, as in every round with a budget; otherwise (netpoll may poll
     /// from any context) as [`SkBuff::alloc`] does.
+    #[inline]
     pub fn alloc_skb(&self, len: u32) -> Result<SkBuff> {
         if !bh_context() {
             return SkBuff::alloc(Some(self.device()), len, GFP_ATOMIC);
@@ -148,6 +151,7 @@ impl Napi {
     }
 
     /// Hands a received packet to the stack through GRO.
+    #[inline]
     pub fn gro_receive(&self, mut skb: SkBuff) {
         skb.set_dev(self.device());
         // SAFETY: The context is being polled (type invariant); `skb` is owned and its
@@ -199,6 +203,7 @@ impl<'a> Budget<'a> {
     }
 
     /// How many packets the round may handle.
+    #[inline]
     pub fn get(&self) -> u32 {
         self.limit
     }

@@ -16,9 +16,11 @@ use core::{marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
 
 /// A position in an skb's buffer as `sk_buff` records it (`sk_buff_data_t`): an offset from
 /// `head` where the kernel keeps offsets (64-bit), a pointer elsewhere.
-trait DataPosition {
+trait DataPosition: Sized {
     /// The position's address in a buffer that starts at `head`.
     fn at(self, head: *mut u8) -> *mut u8;
+    /// The position `n` bytes further on.
+    fn advanced(self, n: u32) -> Self;
 }
 
 impl DataPosition for u32 {
@@ -26,12 +28,20 @@ impl DataPosition for u32 {
     fn at(self, head: *mut u8) -> *mut u8 {
         head.wrapping_add(self as usize)
     }
+    #[inline]
+    fn advanced(self, n: u32) -> Self {
+        self.wrapping_add(n)
+    }
 }
 
 impl DataPosition for *mut u8 {
     #[inline]
     fn at(self, _head: *mut u8) -> *mut u8 {
         self
+    }
+    #[inline]
+    fn advanced(self, n: u32) -> Self {
+        self.wrapping_add(n as usize)
     }
 }
 
@@ -113,6 +123,7 @@ impl SkBuff<Owned> {
     /// # Safety
     ///
     /// `ptr` must be a valid skb whose ownership the caller gives up.
+    #[inline]
     pub(crate) unsafe fn from_raw(ptr: *mut bindings::sk_buff) -> Self {
         // INVARIANT: A valid skb whose ownership the caller gives to us.
         Self {
@@ -123,6 +134,7 @@ impl SkBuff<Owned> {
     }
 
     /// Gives up ownership and returns the raw skb.
+    #[inline]
     pub(crate) fn into_raw(self) -> *mut bindings::sk_buff {
         let ptr = self.ptr.as_ptr();
         core::mem::forget(self);
@@ -143,6 +155,7 @@ impl SkBuff<Owned> {
     }
 
     /// Sets the device the packet arrived on.
+    #[inline]
     pub(crate) fn set_dev(&mut self, dev: &super::dev::NetDevice) {
         // SAFETY: By the type invariant the skb is valid and owned by us; `dev` sits in the
         // first union of `struct sk_buff` (next/prev/dev), unused while we own it alone.
@@ -156,6 +169,7 @@ impl SkBuff<Owned> {
     }
 
     /// Frees the skb as successfully consumed (not counted as a drop).
+    #[inline]
     pub fn consume(self) {
         // SAFETY: We own the skb; ownership ends here.
         unsafe { bindings::consume_skb(self.into_raw()) };
@@ -169,6 +183,7 @@ impl<'a> SkBuff<Lent<'a>> {
     ///
     /// `ptr` must be a valid skb lent for `'a`, which its lender frees, and which nobody else
     /// uses for `'a` (or, if the result is only ever shared, nobody changes).
+    #[inline]
     pub(crate) unsafe fn lent(ptr: *mut bindings::sk_buff) -> Self {
         // INVARIANT: As the caller guarantees.
         Self {
@@ -193,6 +208,7 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// Whether the skb carries no data.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -259,15 +275,36 @@ impl<O: Ownership> SkBuff<O> {
         Ok(unsafe { core::slice::from_raw_parts_mut(data, self.headlen() as usize) })
     }
 
+    #[inline]
     fn is_cloned(&self) -> bool {
         // SAFETY: By the type invariant the skb is valid.
+        let skb = unsafe { &*self.raw() };
+        // An skb never cloned has its own data: decided here without a call.
+        if skb.cloned() == 0 {
+            return false;
+        }
+        // SAFETY: As above.
         unsafe { bindings::skb_cloned(self.raw()) != 0 }
+    }
+
+    /// Whether the header (what lies before the data) is shared with a clone
+    /// (`skb_header_cloned`), decided without a call when the skb was never cloned.
+    #[inline]
+    fn is_header_cloned(&self) -> bool {
+        // SAFETY: By the type invariant the skb is valid.
+        let skb = unsafe { &*self.raw() };
+        if skb.cloned() == 0 {
+            return false;
+        }
+        // SAFETY: As above.
+        unsafe { bindings::skb_header_cloned(self.raw()) != 0 }
     }
 
     /// The tailroom of a linear skb whose data is its own, for a device to write into: its
     /// first byte and its length. `EINVAL` for an skb with fragments or a clone (whose
     /// buffer others read). The bytes are valid while the skb is owned and its tail and end
     /// unchanged; what the device wrote joins the data through [`SkBuff::put`].
+    #[inline]
     pub(crate) fn tailroom_for_device(&mut self) -> Result<(NonNull<u8>, u32)> {
         if self.headlen() != self.len() || self.is_cloned() {
             return Err(EINVAL);
@@ -278,18 +315,26 @@ impl<O: Ownership> SkBuff<O> {
 
     /// Appends `len` bytes at the tail and returns them; `EINVAL` without tailroom or when
     /// the data is shared with a clone.
+    #[inline]
     pub fn put(&mut self, len: u32) -> Result<&mut [u8]> {
         if len > self.tailroom() || self.is_cloned() {
             return Err(EINVAL);
         }
-        // SAFETY: The skb is valid and has `len` bytes of tailroom (checked above).
-        let p = unsafe { bindings::skb_put(self.raw(), len) };
-        // SAFETY: `skb_put` returned the start of the `len` new bytes, now part of the data.
-        Ok(unsafe { core::slice::from_raw_parts_mut(p.cast(), len as usize) })
+        let [_, _, tail, _] = self.bounds();
+        // SAFETY: The skb is valid and ours alone (`&mut self`), linear with `len` bytes of
+        // tailroom (checked above): what `skb_put` does, without the call.
+        unsafe {
+            let skb = &mut *self.raw();
+            skb.tail = skb.tail.advanced(len);
+            skb.len += len;
+        }
+        // SAFETY: The `len` bytes at the old tail are now the end of the data, ours to write.
+        Ok(unsafe { core::slice::from_raw_parts_mut(tail, len as usize) })
     }
 
     /// Cuts the data of a linear skb to its first `len` bytes (no change if it holds
     /// fewer); `EINVAL` for an skb with fragments.
+    #[inline]
     pub fn trim(&mut self, len: u32) -> Result {
         if self.headlen() != self.len() {
             return Err(EINVAL);
@@ -301,38 +346,60 @@ impl<O: Ownership> SkBuff<O> {
 
     /// Prepends `len` bytes and returns them. A header shared with clones, or too little
     /// headroom, is reallocated first, so this may fail with `ENOMEM`.
+    #[inline]
     pub fn push(&mut self, len: u32) -> Result<&mut [u8]> {
-        // SAFETY: The skb is valid; `skb_cow_head` gives it a private header with `len` bytes
-        // of headroom.
-        to_result(unsafe { bindings::skb_cow_head(self.raw(), len) })?;
-        // SAFETY: The skb is valid and has `len` bytes of private headroom (ensured above).
-        let p = unsafe { bindings::skb_push(self.raw(), len) };
-        // SAFETY: `skb_push` returned the start of the `len` new bytes.
-        Ok(unsafe { core::slice::from_raw_parts_mut(p.cast(), len as usize) })
+        if len > self.headroom() || self.is_header_cloned() {
+            // SAFETY: The skb is valid; `skb_cow_head` gives it a private header with `len`
+            // bytes of headroom.
+            to_result(unsafe { bindings::skb_cow_head(self.raw(), len) })?;
+        }
+        // SAFETY: The skb is valid, ours alone (`&mut self`), with `len` bytes of private
+        // headroom (checked or made above): what `skb_push` does, without the call.
+        let data = unsafe {
+            let skb = &mut *self.raw();
+            skb.data = skb.data.wrapping_sub(len as usize);
+            skb.len += len;
+            skb.data
+        };
+        // SAFETY: `data` is the start of the `len` new bytes, now the data's first.
+        Ok(unsafe { core::slice::from_raw_parts_mut(data, len as usize) })
     }
 
     /// Removes `len` bytes from the front of the linear part; `EINVAL` if it is shorter.
+    #[inline]
     pub fn pull(&mut self, len: u32) -> Result {
         if len > self.headlen() {
             return Err(EINVAL);
         }
-        // SAFETY: The skb is valid and its linear part holds at least `len` bytes.
-        unsafe { bindings::skb_pull(self.raw(), len) };
+        // SAFETY: The skb is valid, ours alone (`&mut self`), and its linear part holds at
+        // least `len` bytes: what `skb_pull` does, without the call.
+        unsafe {
+            let skb = &mut *self.raw();
+            skb.len -= len;
+            skb.data = skb.data.wrapping_add(len as usize);
+        }
         Ok(())
     }
 
     /// Reserves `len` bytes of headroom in an empty skb; `EINVAL` if it has data or too
     /// little room.
+    #[inline]
     pub fn reserve(&mut self, len: u32) -> Result {
         if !self.is_empty() || len > self.tailroom() {
             return Err(EINVAL);
         }
-        // SAFETY: The skb is valid, empty, and has room for `len` bytes.
-        unsafe { bindings::skb_reserve(self.raw(), len as i32) };
+        // SAFETY: The skb is valid, ours alone (`&mut self`), empty, and has room for `len`
+        // bytes: what `skb_reserve` does, without the call.
+        unsafe {
+            let skb = &mut *self.raw();
+            skb.data = skb.data.wrapping_add(len as usize);
+            skb.tail = skb.tail.advanced(len);
+        }
         Ok(())
     }
 
     /// The protocol of the payload (an ethertype, host order).
+    #[inline]
     pub fn protocol(&self) -> u16 {
         // SAFETY: By the type invariant the skb is valid.
         let group = unsafe { &(*self.raw()).__bindgen_anon_4 };
@@ -343,11 +410,13 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// Sets the protocol of the payload (an ethertype, host order).
+    #[inline]
     pub fn set_protocol(&mut self, ethertype: u16) {
         self.headers_mut().protocol = ethertype.to_be();
     }
 
     /// The `headers` struct group (protocol, packet type, ...), ours to write.
+    #[inline]
     fn headers_mut(&mut self) -> &mut bindings::sk_buff__bindgen_ty_4__bindgen_ty_1 {
         // SAFETY: By the type invariant the skb is valid and held exclusively by us, for as
         // long as `self` is borrowed.
@@ -400,6 +469,7 @@ impl<O: Ownership> SkBuff<O> {
 
     /// Copies `to.len()` bytes starting at `offset` of the data (linear part and fragments)
     /// into `to`; `EINVAL` if the skb holds fewer.
+    #[inline]
     pub fn copy_bits(&self, offset: u32, to: &mut [u8]) -> Result {
         let len = i32::try_from(to.len()).map_err(|_| EINVAL)?;
         let offset = i32::try_from(offset).map_err(|_| EINVAL)?;
@@ -411,9 +481,12 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// Marks the start of the data as the start of the link-layer header.
+    #[inline]
     pub fn reset_mac_header(&mut self) {
-        // SAFETY: By the type invariant the skb is valid and held exclusively by us.
-        unsafe { bindings::skb_reset_mac_header(self.raw()) };
+        let [head, data, _, _] = self.bounds();
+        // The offset of the data from the head (`skb_reset_mac_header`): within the buffer,
+        // whose size fits the field.
+        self.headers_mut().mac_header = (data as usize).wrapping_sub(head as usize) as u16;
     }
 
     /// Sets who the packet was addressed to.
@@ -482,6 +555,7 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// Number of page fragments after the linear part.
+    #[inline]
     pub fn nr_frags(&self) -> usize {
         usize::from(self.shinfo().nr_frags)
     }
@@ -499,6 +573,7 @@ impl<O: Ownership> SkBuff<O> {
     /// Fragment `index`: its page, the offset of its bytes in that page and their length.
     /// `None` past the last fragment or for memory that is not a page (device memory).
     /// Valid while the skb is owned and unchanged.
+    #[inline]
     pub(crate) fn frag(&self, index: usize) -> Option<(NonNull<bindings::page>, usize, usize)> {
         let frag = self.frag_at(index)?;
         // SAFETY: `frag` is a valid fragment of the skb.
@@ -508,11 +583,13 @@ impl<O: Ownership> SkBuff<O> {
 
     /// The length of fragment `index`, `None` past the last one (what [`Self::frag`] gives
     /// without looking up the page).
+    #[inline]
     pub(crate) fn frag_len(&self, index: usize) -> Option<usize> {
         Some(self.frag_at(index)?.len as usize)
     }
 
     /// Fragment `index`, `None` past the last one.
+    #[inline]
     fn frag_at(&self, index: usize) -> Option<&bindings::skb_frag_t> {
         let shinfo = self.shinfo();
         if index >= usize::from(shinfo.nr_frags) {
@@ -533,6 +610,7 @@ impl<O: Ownership> SkBuff<O> {
     /// rather than when the packet is freed, and drops its route. For a device that keeps
     /// packets until their send completes: the socket's limits on what sits below it (TCP
     /// small queues) would otherwise count packets already handed to the hardware.
+    #[inline]
     pub fn orphan(&mut self) {
         // SAFETY: By the type invariant the skb is valid and held exclusively by us.
         unsafe { bindings::skb_orphan(self.raw()) };

@@ -181,11 +181,13 @@ impl AddressHandle {
         Ok(Arc::new(Self { ah, pd: pd.clone() }, gfp)?)
     }
 
+    #[inline]
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_ah {
         self.ah.as_ptr()
     }
 
     /// The protection domain the handle was made in.
+    #[inline]
     pub(crate) fn pd(&self) -> &ProtectionDomain {
         &self.pd
     }

@@ -8,7 +8,10 @@ use super::device::{Device, DeviceRef};
 use crate::{
     alloc::flags::GFP_KERNEL,
     bindings,
-    error::{code::EINVAL, from_err_ptr, to_result, Result},
+    error::{
+        code::{EINVAL, EOPNOTSUPP},
+        from_err_ptr, to_result, Result,
+    },
     ffi::c_void,
     str::CStr,
     sync::Arc,
@@ -99,16 +102,25 @@ impl<H: CompletionHandler> CompletionQueue<H> {
     }
 
     /// The handler of this queue.
+    #[inline]
     pub fn handler(&self) -> &Arc<H> {
         &self.handler
     }
 
     /// Moves up to `wc.len()` completions into `wc`; returns how many.
+    #[inline]
     pub fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         let n = i32::try_from(wc.len()).unwrap_or(i32::MAX);
+        let cq = self.cq.as_ptr();
+        // SAFETY: `cq` is valid, and so its device, whose operations are set while it is
+        // registered.
+        let Some(poll_cq) = (unsafe { (*(*cq).device).ops.poll_cq }) else {
+            return Err(EOPNOTSUPP);
+        };
         // SAFETY: `cq` is valid; `wc` has room for `n` entries of the `repr(transparent)`
-        // `WorkCompletion`.
-        let ret = unsafe { bindings::ib_poll_cq(self.cq.as_ptr(), n, wc.as_mut_ptr().cast()) };
+        // `WorkCompletion`. The device's own operation is called as `ib_poll_cq` (inline in
+        // C) calls it.
+        let ret = unsafe { poll_cq(cq, n, wc.as_mut_ptr().cast()) };
         to_result(ret)?;
         Ok(usize::try_from(ret).unwrap_or(0))
     }
@@ -123,11 +135,18 @@ impl<H: CompletionHandler> CompletionQueue<H> {
 
     /// Asks for a handler call at the next completion. Returns `true` when completions may
     /// have arrived before the request took effect: the caller must poll again.
+    #[inline]
     pub fn request_notify(&self) -> Result<bool> {
         let flags = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP
             | bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
-        // SAFETY: `cq` is valid.
-        let ret = unsafe { bindings::ib_req_notify_cq(self.cq.as_ptr(), flags) };
+        let cq = self.cq.as_ptr();
+        // SAFETY: `cq` is valid, and so its device, whose operations are set while it is
+        // registered.
+        let Some(req_notify_cq) = (unsafe { (*(*cq).device).ops.req_notify_cq }) else {
+            return Err(EOPNOTSUPP);
+        };
+        // SAFETY: `cq` is valid; called as `ib_req_notify_cq` (inline in C) calls it.
+        let ret = unsafe { req_notify_cq(cq, flags) };
         to_result(ret)?;
         Ok(ret > 0)
     }
@@ -147,6 +166,7 @@ pub trait RawCompletionQueue: Send + Sync + super::private::Sealed {
 impl<H: CompletionHandler> super::private::Sealed for CompletionQueue<H> {}
 
 impl<H: CompletionHandler> RawCompletionQueue for CompletionQueue<H> {
+    #[inline]
     fn as_raw(&self) -> *mut bindings::ib_cq {
         self.cq.as_ptr()
     }
@@ -222,12 +242,14 @@ impl WorkCompletion {
         Self(unsafe { core::mem::MaybeUninit::zeroed().assume_init() })
     }
 
+    #[inline]
     fn raw(&self) -> &bindings::ib_wc {
         &self.0
     }
 
     /// The token of the work request, as given when it was posted (0 once the completion
     /// was used up, or for one never filled in).
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         // SAFETY: Both union members are 64-bit; this API always posts with `wr_id`.
         unsafe { self.raw().__bindgen_anon_1.wr_id }
@@ -236,11 +258,13 @@ impl WorkCompletion {
     /// Uses the completion up: its buffer was taken back, and the slot it named may hold
     /// another one now. Queues number their requests with serials other than 0, so an id
     /// of 0 matches none.
+    #[inline]
     pub(crate) fn consume(&mut self) {
         self.0.__bindgen_anon_1.wr_id = 0;
     }
 
     /// The completion status.
+    #[inline]
     pub fn status(&self) -> WcStatus {
         match self.raw().status {
             bindings::ib_wc_status_IB_WC_SUCCESS => WcStatus::Success,
@@ -250,6 +274,7 @@ impl WorkCompletion {
     }
 
     /// What kind of work completed (valid on success).
+    #[inline]
     pub fn opcode(&self) -> WcOpcode {
         match self.raw().opcode {
             bindings::ib_wc_opcode_IB_WC_SEND => WcOpcode::Send,
@@ -259,21 +284,25 @@ impl WorkCompletion {
     }
 
     /// Bytes received (receives only), including the 40-byte GRH space on UD.
+    #[inline]
     pub fn byte_len(&self) -> u32 {
         self.raw().byte_len
     }
 
     /// The sender's QPN (UD receives).
+    #[inline]
     pub fn src_qp(&self) -> u32 {
         self.raw().src_qp
     }
 
     /// The sender's LID (InfiniBand UD receives).
+    #[inline]
     pub fn slid(&self) -> u32 {
         self.raw().slid
     }
 
     /// Whether the receive buffer starts with a valid GRH.
+    #[inline]
     pub fn has_grh(&self) -> bool {
         self.raw().wc_flags & (bindings::ib_wc_flags_IB_WC_GRH as i32) != 0
     }
@@ -283,6 +312,7 @@ impl WorkCompletion {
         QpId(self.qp() as usize)
     }
 
+    #[inline]
     pub(crate) fn qp(&self) -> *mut bindings::ib_qp {
         self.raw().qp
     }

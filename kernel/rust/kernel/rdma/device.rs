@@ -46,6 +46,7 @@ impl Device {
     }
 
     /// Returns the raw `struct ib_device` pointer.
+    #[inline]
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
         self.0.get()
     }
@@ -256,6 +257,7 @@ unsafe impl Sync for DeviceRef {}
 impl Deref for DeviceRef {
     type Target = Device;
 
+    #[inline]
     fn deref(&self) -> &Device {
         // SAFETY: By the type invariant the device is valid while the reference is held.
         unsafe { self.0.as_ref() }

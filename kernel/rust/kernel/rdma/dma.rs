@@ -198,6 +198,7 @@ impl DmaBuffer {
     }
 
     /// The size of the buffer in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.buf.len()
     }
@@ -208,6 +209,7 @@ impl DmaBuffer {
     }
 
     /// The bytes, for the CPU.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         self.buf.as_slice()
     }
@@ -218,12 +220,14 @@ impl DmaBuffer {
     }
 
     /// The device address of the first byte.
+    #[inline]
     pub(crate) fn dma_addr(&self) -> u64 {
         self.addr
     }
 
     /// Whether `device` may use the buffer: mapped on it, for the device to write it
     /// (`device_writes`: a receive) or to read it (a send).
+    #[inline]
     pub(crate) fn usable_by(&self, device: &Device, device_writes: bool) -> bool {
         let allowed = match self.dir {
             DmaDirection::Bidirectional => true,
@@ -234,6 +238,7 @@ impl DmaBuffer {
     }
 
     /// Hands the bytes to the device (before posting).
+    #[inline]
     pub(crate) fn sync_for_device(&self) {
         // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
         unsafe {
@@ -248,6 +253,7 @@ impl DmaBuffer {
     }
 
     /// Takes the bytes back for the CPU (after completion).
+    #[inline]
     pub(crate) fn sync_for_cpu(&self) {
         // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
         unsafe {
@@ -326,6 +332,7 @@ impl DmaPage {
         unsafe { ManuallyDrop::take(&mut this.page) }
     }
 
+    #[inline]
     fn unmap(&mut self) {
         // SAFETY: By the type invariant the mapping exists; callers release it once.
         unsafe {
@@ -339,10 +346,12 @@ impl DmaPage {
         };
     }
 
+    #[inline]
     pub(crate) fn dma_addr(&self) -> u64 {
         self.addr
     }
 
+    #[inline]
     pub(crate) fn sync_for_device(&self) {
         // SAFETY: By the type invariant `addr` maps a page from the device.
         unsafe {
@@ -356,6 +365,7 @@ impl DmaPage {
         };
     }
 
+    #[inline]
     pub(crate) fn sync_for_cpu(&self) {
         // SAFETY: By the type invariant `addr` maps a page from the device.
         unsafe {
@@ -391,6 +401,7 @@ pub struct PageSegments(KVec<DmaPage>);
 
 impl PageSegments {
     /// The number of pages.
+    #[inline]
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -453,6 +464,7 @@ impl ScatterBuffer {
         Ok(n)
     }
 
+    #[inline]
     pub(crate) fn sync_for_device(&self) {
         self.head.sync_for_device();
         self.pages.0.iter().for_each(DmaPage::sync_for_device);
@@ -460,6 +472,7 @@ impl ScatterBuffer {
 
     /// Whether `device` may write every segment: all mapped on it for receiving (pages put
     /// in by [`PageSegments::replace`] may come from anywhere).
+    #[inline]
     pub(crate) fn usable_by(&self, device: &Device) -> bool {
         self.head.usable_by(device, true)
             && self
@@ -469,6 +482,7 @@ impl ScatterBuffer {
                 .all(|page| page.device.as_raw() == device.as_raw())
     }
 
+    #[inline]
     pub(crate) fn sync_for_cpu(&self) {
         self.head.sync_for_cpu();
         self.pages.0.iter().for_each(DmaPage::sync_for_cpu);
@@ -503,6 +517,7 @@ impl RecvSkb {
     ///
     /// `device` must be valid and stay so until the object is dropped or turned back into
     /// its skb.
+    #[inline]
     pub(crate) unsafe fn new(device: *mut bindings::ib_device, mut skb: SkBuff) -> Result<Self> {
         let (tail, len) = skb.tailroom_for_device()?;
         if len == 0 {
@@ -551,6 +566,7 @@ impl RecvSkb {
         skb
     }
 
+    #[inline]
     fn unmap(&mut self) {
         // SAFETY: By the type invariant `addr` maps `len` bytes on `device`, which is valid;
         // callers unmap once.
@@ -707,6 +723,7 @@ impl SkbMapping {
     }
 
     /// Ends the mappings and returns the skb.
+    #[inline]
     pub(crate) fn into_skb(self) -> SkBuff {
         let mut this = ManuallyDrop::new(self);
         this.unmap();
@@ -715,6 +732,7 @@ impl SkbMapping {
     }
 
     /// Ends every mapping recorded and forgets it.
+    #[inline]
     fn unmap(&mut self) {
         if let Some(addr) = self.head.take() {
             // SAFETY: By the type invariant `addr` maps the head bytes on `device`, which is

@@ -43,16 +43,19 @@ impl ProtectionDomain {
     }
 
     /// The device the domain lives on.
+    #[inline]
     pub fn device(&self) -> &Device {
         &self.device
     }
 
     /// The key that lets the device access any kernel memory mapped for DMA.
+    #[inline]
     pub fn local_dma_lkey(&self) -> u32 {
         // SAFETY: By the type invariant `pd` is valid; the field is fixed at allocation.
         unsafe { (*self.pd.as_ptr()).local_dma_lkey }
     }
 
+    #[inline]
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_pd {
         self.pd.as_ptr()
     }

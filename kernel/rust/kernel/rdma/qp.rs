@@ -22,7 +22,7 @@ use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
     bindings,
     error::{
-        code::{EINVAL, ENOSPC},
+        code::{EINVAL, ENOSPC, EOPNOTSUPP},
         from_err_ptr, to_result, Error, Result,
     },
     ffi::{c_int, c_void},
@@ -119,6 +119,7 @@ const fn zeroed_sge() -> bindings::ib_sge {
 
 impl Payload {
     /// Hands the memory back to the CPU: the buffer synchronised, the skb unmapped.
+    #[inline]
     fn into_sent(self) -> Sent {
         match self {
             Payload::Buffer(buf) => {
@@ -140,6 +141,7 @@ pub enum Sent {
 
 impl Sent {
     /// Frees what a successful send carried (an skb as consumed, not as a drop).
+    #[inline]
     pub fn consume(self) {
         match self {
             Sent::Skb(skb) => skb.consume(),
@@ -784,6 +786,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     }
 
     /// The queue pair number: what peers address and what IPoIB puts in its hardware address.
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         // SAFETY: By the type invariant `qp` is valid; `qp_num` is fixed at creation.
         unsafe { (*self.qp.as_ptr()).qp_num }
@@ -923,6 +926,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     }
 
     /// Receives posted and not yet completed through this object.
+    #[inline]
     pub fn recvs_posted(&self) -> usize {
         self.recv.posted()
     }
@@ -930,15 +934,23 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Posts `buf` to receive one message (on UD: 40 bytes of GRH space, then the
     /// datagram). On failure, for a queue pair on an SRQ or during a reset (`EINVAL`), the
     /// buffer is freed.
+    #[inline]
     pub fn post_recv(&self, buf: B) -> Result {
         if self.srq.is_some() {
             return Err(EINVAL);
         }
+        let qp = self.qp.as_ptr();
+        // SAFETY: `qp` is valid, and so its device, whose operations are set while it is
+        // registered.
+        let Some(post_recv) = (unsafe { (*(*qp).device).ops.post_recv }) else {
+            return Err(EOPNOTSUPP);
+        };
         let post = |wr: &bindings::ib_recv_wr| {
             let mut bad = core::ptr::null();
             // SAFETY: `qp` is valid; `wr` is valid for the call and describes a buffer the
-            // ring keeps until the request completes.
-            unsafe { bindings::ib_post_recv(self.qp.as_ptr(), wr, &mut bad) }
+            // ring keeps until the request completes. Called as `ib_post_recv` (inline in C)
+            // calls it.
+            unsafe { post_recv(qp, wr, &mut bad) }
         };
         let device = (self.pd.device(), self.pd.local_dma_lkey());
         let resets = self.recv_posting.lock();
@@ -981,6 +993,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// `remote_qpn` with Q_Key `remote_qkey` through `ah` (UD only), without copying them.
     /// The skb is the queue pair's until the send completes; on failure it is freed as a
     /// drop (as `dev_queue_xmit` consumes an skb whatever it returns).
+    #[inline]
     pub fn post_skb_ud(
         &self,
         skb: SkBuff,
@@ -998,6 +1011,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Posts the bytes of `skb` from `offset` (in its linear part) on as one message to the
     /// connected peer (RC only), without copying them. The skb is the queue pair's until the
     /// send completes; on failure it is freed as a drop.
+    #[inline]
     pub fn post_skb(&self, skb: SkBuff, offset: u32) -> Result {
         if self.qp_type != QpType::Rc {
             return Err(EINVAL);
@@ -1096,6 +1110,12 @@ impl<B: RecvBuffer> QueuePair<B> {
         if ud.is_some_and(|(ah, _, _)| ah.pd().as_raw() != self.pd.as_raw()) {
             return refused(EINVAL, payload);
         }
+        let qp = self.qp.as_ptr();
+        // SAFETY: `qp` is valid, and so its device, whose operations are set while it is
+        // registered.
+        let Some(post_send) = (unsafe { (*(*qp).device).ops.post_send }) else {
+            return refused(EOPNOTSUPP, payload);
+        };
         let posting = self.posting.lock();
         let claim = if *posting == 0 {
             self.send.claim()
@@ -1128,8 +1148,8 @@ impl<B: RecvBuffer> QueuePair<B> {
         // part an RC queue pair reads) and `sges` are valid for the call; the memory they
         // describe is owned by the payload in the request's slot, with the address handle,
         // which only this request's completion takes out (no reset runs while `posting` is
-        // held), or the failure below.
-        let ret = unsafe { bindings::ib_post_send(self.qp.as_ptr(), &wr.wr, &mut bad) };
+        // held), or the failure below. Called as `ib_post_send` (inline in C) calls it.
+        let ret = unsafe { post_send(qp, &wr.wr, &mut bad) };
         if ret != 0 {
             // Not posted: no completion names the slot, and no reset runs, so it still
             // holds the payload.
@@ -1152,6 +1172,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU,
     /// and uses `wc` up; `None` if `wc` is not a receive completion of this queue pair's own
     /// receive queue, or was used up already.
+    #[inline]
     pub fn complete_recv(&self, wc: &mut WorkCompletion) -> Option<B> {
         if wc.qp() != self.qp.as_ptr() {
             return None;
@@ -1161,6 +1182,7 @@ impl<B: RecvBuffer> QueuePair<B> {
 
     /// Takes back what the send that `wc` completes carried, and uses `wc` up; `None` if
     /// `wc` is not a send completion of this queue pair, or was used up already.
+    #[inline]
     pub fn complete_send(&self, wc: &mut WorkCompletion) -> Option<Sent> {
         if wc.qp() != self.qp.as_ptr() {
             return None;

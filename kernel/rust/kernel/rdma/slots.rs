@@ -172,6 +172,7 @@ impl<T> WorkSlots<T> {
 
     /// Slots in use: requests posted and not completed, and posts and completions under
     /// way.
+    #[inline]
     pub(crate) fn used(&self) -> usize {
         self.slots
             .iter()

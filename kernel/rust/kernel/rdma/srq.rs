@@ -13,7 +13,10 @@ use super::{
 };
 use crate::{
     bindings,
-    error::{code::EINVAL, from_err_ptr, to_result, Result},
+    error::{
+        code::{EINVAL, EOPNOTSUPP},
+        from_err_ptr, to_result, Result,
+    },
     ffi::c_void,
     prelude::*,
     sync::Arc,
@@ -191,11 +194,18 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
     /// Posts `buf` for the next message any attached queue pair receives. On failure the
     /// buffer is freed.
     pub fn post_recv(&self, buf: B) -> Result {
+        let srq = self.srq.as_ptr();
+        // SAFETY: `srq` is valid, and so its device, whose operations are set while it is
+        // registered.
+        let Some(post_srq_recv) = (unsafe { (*(*srq).device).ops.post_srq_recv }) else {
+            return Err(EOPNOTSUPP);
+        };
         let post = |wr: &bindings::ib_recv_wr| {
             let mut bad = core::ptr::null();
             // SAFETY: `srq` is valid; `wr` is valid for the call and describes a buffer the
-            // ring keeps until the request completes.
-            unsafe { bindings::ib_post_srq_recv(self.srq.as_ptr(), wr, &mut bad) }
+            // ring keeps until the request completes. Called as `ib_post_srq_recv` (inline in
+            // C) calls it.
+            unsafe { post_srq_recv(srq, wr, &mut bad) }
         };
         let device = (self.pd.device(), self.pd.local_dma_lkey());
         // SAFETY: The domain, which holds the device, is dropped after the ring (field order).
