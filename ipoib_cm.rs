@@ -421,9 +421,12 @@ impl ConnectedMode {
                     }
                 }
             }
-            for conn in due.iter().flatten() {
+            // Only the first `n` entries were filled: each is polled and released once, and
+            // the array, all `None` then, needs no walk to be dropped.
+            for conn in due.iter_mut().take(n).filter_map(Option::take) {
                 again |= conn.poll(dev, wcs, tally);
             }
+            core::mem::forget(due);
             if !more {
                 break;
             }
