@@ -77,6 +77,12 @@ def kernel_symbols(build):
             f = line.split()
             if len(f) == 3 and f[1] in "tT":
                 rxe_names.add(f[2])
+    # Names every object has (the sanitizers' constructors, "asan.module_ctor" in each
+    # object of a KASAN kernel, linked together elsewhere) are not rxe's.
+    seen = {}
+    for _, _, name in syms:
+        seen[name] = seen.get(name, 0) + 1
+    rxe_names = {name for name in rxe_names if seen.get(name, 0) <= 3}
     # The objects are linked one after the other: rxe is the longest run of its symbols
     # (a name it shares with a static function elsewhere cannot move it).
     best, start = (0, 0), None
