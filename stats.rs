@@ -5,11 +5,15 @@
 
 use crate::wire::HWADDR_LEN;
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::{c_str, net::dev::Stats64, rdma::qp::Sent, str::CStr, time::Ktime};
+use kernel::{c_str, net::dev::Stats64, rdma::qp::Sent, str::CStr, time};
 
 /// Monotonic time in milliseconds: last uses, idle times and join times are kept in it.
+/// Read from the tick count, not a clock source, as C keeps them in jiffies: every packet
+/// stamps its destination, and ages and timeouts need no finer resolution than a tick.
+#[inline]
 pub(crate) fn now_ms() -> i64 {
-    Ktime::ktime_get().to_ms()
+    // Not past `i64::MAX` milliseconds: jiffies would have to count for 292 million years.
+    time::jiffies64_to_msecs(time::jiffies() as u64) as i64
 }
 
 /// What `ip -s link` shows for the interface.
