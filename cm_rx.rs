@@ -255,13 +255,7 @@ impl RxTable {
             }
         }
         match wc.status() {
-            WcStatus::Success => srq::deliver(
-                &shared.device,
-                &mut buf,
-                wc.byte_len() as usize,
-                napi,
-                tally,
-            ),
+            WcStatus::Success => srq::deliver(&mut buf, wc.byte_len() as usize, napi, tally),
             // A receive connection closed: the buffers it had taken come back.
             WcStatus::Flushed => {}
             WcStatus::Error(_) => bump(&c.rx_errors, 1),

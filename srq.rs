@@ -18,12 +18,7 @@ use kernel::{
     net::{napi::Napi, skb::PacketType},
     page::PAGE_SIZE,
     prelude::*,
-    rdma::{
-        device::Device,
-        dma::{DmaPage, ScatterBuffer},
-        pd::ProtectionDomain,
-        srq::SharedReceiveQueue,
-    },
+    rdma::{device::Device, dma::ScatterBuffer, pd::ProtectionDomain, srq::SharedReceiveQueue},
     sync::Arc,
 };
 
@@ -62,15 +57,9 @@ pub(crate) fn new_srq(device: &Device, pd: &Arc<ProtectionDomain>, size: u32) ->
 }
 
 /// Hands up a message that filled `len` bytes of `buf`: the head is copied into the skb,
-/// the pages the message reached go up as fragments and fresh pages from `device` take
-/// their place. Without a fresh page the old one stays and the message is dropped.
-pub(crate) fn deliver(
-    device: &Device,
-    buf: &mut ScatterBuffer,
-    len: usize,
-    napi: &Napi,
-    tally: &mut Tally<'_>,
-) {
+/// the pages the message reached go up as fragments and fresh pages take their place.
+/// Without a fresh page the old one stays and the message is dropped.
+pub(crate) fn deliver(buf: &mut ScatterBuffer, len: usize, napi: &Napi, tally: &mut Tally<'_>) {
     let (head, pages) = buf.parts_mut();
     let Some(head) = head.get(..len.min(RX_HEAD)) else {
         bump(&tally.counters().rx_errors, 1);
@@ -80,8 +69,7 @@ pub(crate) fn deliver(
         let mut left = len.saturating_sub(RX_HEAD);
         let mut index = 0;
         while left > 0 {
-            let fresh = DmaPage::new(device, GFP_ATOMIC)?;
-            let page = pages.replace(index, fresh).ok_or(EINVAL)?;
+            let page = pages.renew(index, GFP_ATOMIC)?;
             let n = left.min(PAGE_SIZE);
             skb.add_page(page, 0, n)?;
             left -= n;

@@ -212,7 +212,8 @@ impl Endpoint {
         let caps = QpCaps {
             max_send_wr: 8,
             max_recv_wr: RECVS,
-            max_send_sge: 1,
+            // Room for an skb's linear part and two page fragments (`skb_send`).
+            max_send_sge: 3,
             max_recv_sge: 1,
         };
         let qp = QueuePair::new(
@@ -490,6 +491,54 @@ fn skb_receive(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
         return Err(EIO);
     }
     Ok(())
+}
+
+/// An skb goes out from where it lies, its linear part and each page fragment a segment of
+/// its own, mapped in the send's slot: the datagram arrives whole and in order, and the
+/// completion gives the skb back as it was. One whose offset is past its linear part is
+/// refused (`EINVAL`), nothing left held.
+fn skb_send(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
+    const LEAD: usize = 4;
+    const FILL: u8 = 51;
+    let byte = |i: usize| FILL.wrapping_add(i as u8);
+    let mut short = SkBuff::alloc(None, 8, GFP_KERNEL)?;
+    short.put(8)?;
+    refused(a.qp.post_skb_ud(short, 9, ah, b.qp.qp_num(), QKEY))?;
+    if a.qp.sends_in_flight() != 0 {
+        return Err(EBUSY);
+    }
+    // Bytes `LEAD..` of the linear part, then two fragments, make the datagram.
+    let (head, middle) = (PAYLOAD_LEN / 2, PAYLOAD_LEN * 3 / 4);
+    let mut skb = SkBuff::alloc(None, (LEAD + head) as u32, GFP_KERNEL)?;
+    for (i, b) in skb.put((LEAD + head) as u32)?.iter_mut().enumerate() {
+        *b = if i < LEAD { 0xee } else { byte(i - LEAD) };
+    }
+    let mut rest = [0u8; PAYLOAD_LEN];
+    for (i, b) in rest.iter_mut().enumerate() {
+        *b = byte(i);
+    }
+    skb.append_paged(rest.get(head..middle).ok_or(EINVAL)?, GFP_KERNEL)?;
+    skb.append_paged(rest.get(middle..).ok_or(EINVAL)?, GFP_KERNEL)?;
+    let (len, frags) = (skb.len(), skb.nr_frags());
+    if frags < 2 {
+        pr_info!("# {} fragments made\n", frags);
+        return Err(EINVAL);
+    }
+    a.qp.post_skb_ud(skb, LEAD as u32, ah, b.qp.qp_num(), QKEY)?;
+    let mut wc = wait(&a.send_cq, 2000).ok_or(EAGAIN)?;
+    let Some(Sent::Skb(skb)) = a.qp.complete_send(&mut wc) else {
+        return Err(EINVAL);
+    };
+    if wc.status() != WcStatus::Success || skb.len() != len || skb.nr_frags() != frags {
+        pr_info!(
+            "# send status {:?}; {} bytes in {} fragments back\n",
+            wc.status(),
+            skb.len(),
+            skb.nr_frags()
+        );
+        return Err(EIO);
+    }
+    receive_one(b, a.qp.qp_num(), FILL)
 }
 
 /// The core would link the objects of two devices; the abstraction refuses them.
@@ -1117,6 +1166,10 @@ fn run(report: &mut Report) -> Result {
     report.check(
         "receive into an skb: the datagram is its data where it landed; an skb with fragments or no tailroom refused (EINVAL)",
         skb_receive(&a, &b, &ah),
+    );
+    report.check(
+        "send of an skb from where it lies: linear part and two page fragments arrive whole and in order, the skb given back unchanged; an offset past the linear part refused (EINVAL), nothing held",
+        skb_send(&a, &b, &ah),
     );
     report.check(
         "posts refused (EINVAL): a receive into a buffer mapped for sending, or another device's, a send through another domain's address handle",

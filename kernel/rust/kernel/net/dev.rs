@@ -46,6 +46,7 @@ impl NetDevice {
     /// # Safety
     ///
     /// `ptr` must point to a valid `struct net_device` that stays valid for `'a`.
+    #[inline]
     pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::net_device) -> &'a Self {
         // SAFETY: `NetDevice` is `repr(transparent)` over the C struct; validity is the
         // caller's guarantee.
@@ -53,6 +54,7 @@ impl NetDevice {
         unsafe { &*ptr.cast() }
     }
 
+    #[inline]
     pub(crate) fn as_raw(&self) -> *mut bindings::net_device {
         self.0.get()
     }

@@ -19,7 +19,7 @@
 
 use super::{dev::NetDevice, skb::SkBuff};
 use crate::{bindings, prelude::*, sync::Arc, types::Opaque};
-use core::sync::atomic::AtomicBool;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The NAPI context of a device (`struct napi_struct`), kept in an [`Arc`] so that
 /// [`NapiHandle`]s keep its memory valid.
@@ -119,6 +119,22 @@ impl Napi {
         unsafe { &*ptr.cast() }
     }
 
+    /// Whether this poll runs with bottom halves off and interrupts on, where NAPI's per-CPU
+    /// caches may be used: every poll but netpoll's (the core polls from its softirq, a
+    /// NAPI thread or a busy-polling socket, with bottom halves off), which may come from
+    /// any context and marks the context `NAPI_STATE_NPSVC` while it polls. One load, where
+    /// asking the CPU for its context would take three calls.
+    #[inline]
+    fn bh_context(&self) -> bool {
+        // SAFETY: The context is valid (type invariant); `state` is an aligned word that
+        // others change with atomic bit operations only.
+        let state =
+            unsafe { AtomicUsize::from_ptr(core::ptr::addr_of_mut!((*self.0.get()).state)) };
+        // Set by netpoll on this CPU before it calls the poll, cleared after it returns;
+        // `napi_disable` sets it only once no poll runs.
+        state.load(Ordering::Relaxed) & (1 << bindings::NAPI_STATE_NPSVC) == 0
+    }
+
     /// The device the context polls for.
     #[inline]
     pub fn device(&self) -> &NetDevice {
@@ -136,7 +152,7 @@ impl Napi {
     /// from any context) as [`SkBuff::alloc`] does.
     #[inline]
     pub fn alloc_skb(&self, len: u32) -> Result<SkBuff> {
-        if !bh_context() {
+        if !self.bh_context() {
             return SkBuff::alloc(Some(self.device()), len, GFP_ATOMIC);
         }
         // SAFETY: The context is being polled (type invariant), on a live device, and the
@@ -165,19 +181,6 @@ impl Napi {
         // SAFETY: The context is being polled, hence added and enabled.
         unsafe { bindings::napi_schedule(self.0.get()) }
     }
-}
-
-/// Whether the CPU runs with bottom halves off (a softirq, or a section that disabled them)
-/// but neither in a hard interrupt nor with interrupts masked: where NAPI's per-CPU caches
-/// may be used.
-fn bh_context() -> bool {
-    // SAFETY: Reads the current CPU's preemption count only.
-    let bh_off = unsafe { bindings::in_softirq() };
-    // SAFETY: As above.
-    let hardirq = unsafe { bindings::in_hardirq() };
-    // SAFETY: Reads the current CPU's interrupt flag only.
-    let irqs_off = unsafe { bindings::irqs_disabled() };
-    bh_off && !hardirq && !irqs_off
 }
 
 /// What a poll round may handle: up to [`Budget::get`] packets. Made by the core's call of

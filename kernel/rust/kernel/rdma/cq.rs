@@ -121,8 +121,11 @@ impl<H: CompletionHandler> CompletionQueue<H> {
         // `WorkCompletion`. The device's own operation is called as `ib_poll_cq` (inline in
         // C) calls it.
         let ret = unsafe { poll_cq(cq, n, wc.as_mut_ptr().cast()) };
-        to_result(ret)?;
-        Ok(usize::try_from(ret).unwrap_or(0))
+        // A count, or a negative errno (`to_result` is not inlined: checked here first).
+        match usize::try_from(ret) {
+            Ok(n) => Ok(n),
+            Err(_) => to_result(ret).map(|()| 0),
+        }
     }
 
     /// Moderates completion events: one after `count` completions or `period_us`
@@ -147,7 +150,9 @@ impl<H: CompletionHandler> CompletionQueue<H> {
         };
         // SAFETY: `cq` is valid; called as `ib_req_notify_cq` (inline in C) calls it.
         let ret = unsafe { req_notify_cq(cq, flags) };
-        to_result(ret)?;
+        if ret < 0 {
+            to_result(ret)?;
+        }
         Ok(ret > 0)
     }
 }

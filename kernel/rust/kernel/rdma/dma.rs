@@ -10,12 +10,12 @@ use crate::{
     bindings,
     error::{
         code::{EINVAL, ENOMEM},
-        Error, Result,
+        Result,
     },
     net::skb::SkBuff,
     page::{Page, PAGE_SIZE},
 };
-use core::mem::ManuallyDrop;
+use core::mem::{ManuallyDrop, MaybeUninit};
 
 /// Which way data moves through a mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +94,10 @@ unsafe fn map_page(
 ) -> Result<u64> {
     // SAFETY: The caller guarantees the device and the page.
     let addr = unsafe { bindings::ib_dma_map_page(device, page, offset, len, dir.as_raw()) };
+    // SAFETY: The caller guarantees the device. A virtual address is no failed mapping.
+    if unsafe { uses_virt_dma(device) } {
+        return Ok(addr);
+    }
     // SAFETY: The device is valid and `addr` came from a mapping on it.
     if unsafe { bindings::ib_dma_mapping_error(device, addr) } != 0 {
         return Err(ENOMEM);
@@ -284,138 +288,122 @@ impl Drop for DmaBuffer {
     }
 }
 
-/// A page mapped for an RDMA device to write into (receives), whose ownership can be taken
-/// back unmapped ([`DmaPage::into_page`]) and handed to the network stack without a copy.
+/// A receive buffer in several segments: a head buffer, then pages. Large messages land
+/// mostly in the pages, which the receiver passes up as skb fragments, putting fresh pages
+/// in their place ([`PageSegments::renew`]) instead of copying.
+pub struct ScatterBuffer {
+    head: DmaBuffer,
+    pages: PageSegments,
+}
+
+/// A page of a [`PageSegments`], mapped for its device to write into.
+struct RecvPage {
+    page: Page,
+    addr: u64,
+}
+
+/// The page segments of a [`ScatterBuffer`], all mapped on one device: the segments hold
+/// one reference to it, not one per page, so that a page renewed per message costs an
+/// allocation and a mapping alone.
 ///
 /// # Invariants
 ///
-/// `addr` is the mapping of all of `page` from the device, made by `ib_dma_map_page`;
-/// outside queues the page is synchronised for the CPU.
-pub struct DmaPage {
-    page: ManuallyDrop<Page>,
-    addr: u64,
+/// The `addr` of each page is the mapping of all of its page from `device`, made by
+/// `ib_dma_map_page`, until the page leaves the segments ([`PageSegments::renew`]) or the
+/// segments drop; outside queues the pages are synchronised for the CPU.
+pub struct PageSegments {
+    pages: KVec<RecvPage>,
     device: DeviceRef,
 }
 
-impl DmaPage {
-    /// Allocates a page with `flags` and maps it for receiving on `device`.
-    pub fn new(device: &Device, flags: Flags) -> Result<Self> {
-        let device = device.get_ref()?;
-        let page = Page::alloc_page(flags)?;
-        // SAFETY: The device is registered; the page is ours and stays allocated until it is
-        // unmapped (in `into_page` or `drop`).
+impl PageSegments {
+    /// The number of pages.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// Maps a page for receiving on `device`.
+    ///
+    /// # Safety
+    ///
+    /// `device` must be valid.
+    #[inline]
+    unsafe fn map(device: *mut bindings::ib_device, page: Page) -> Result<RecvPage> {
+        // SAFETY: The caller guarantees the device; the page stays allocated until unmapped
+        // (it is unmapped before it leaves the segments or is dropped with them).
         let addr = unsafe {
             map_page(
-                device.as_raw(),
+                device,
                 page.as_ptr(),
                 0,
                 PAGE_SIZE,
                 DmaDirection::FromDevice,
             )
         }?;
-        // INVARIANT: just mapped; a fresh mapping is synchronised for the CPU.
-        Ok(Self {
-            page: ManuallyDrop::new(page),
-            addr,
-            device,
-        })
+        Ok(RecvPage { page, addr })
     }
 
-    /// Ends the mapping and returns the page with what the device wrote.
-    pub fn into_page(self) -> Page {
-        let mut this = ManuallyDrop::new(self);
-        this.unmap();
-        // SAFETY: `this` is never used or dropped again: the device reference is released
-        // here, once, as `drop` would.
-        unsafe { core::ptr::drop_in_place(&mut this.device) };
-        // SAFETY: As above: the page is taken exactly once.
-        unsafe { ManuallyDrop::take(&mut this.page) }
-    }
-
+    /// Puts a fresh page, allocated with `flags` and mapped on the same device, in place of
+    /// page `index`, and returns the old one unmapped with what the device wrote. `EINVAL`
+    /// if there is no such page, `ENOMEM` if no fresh page could be had (the old one then
+    /// stays).
     #[inline]
-    fn unmap(&mut self) {
-        // SAFETY: By the type invariant the mapping exists; callers release it once.
-        unsafe {
-            unmap(
-                self.device.as_raw(),
-                self.addr,
-                PAGE_SIZE,
-                DmaDirection::FromDevice,
-                true,
-            )
-        };
+    pub fn renew(&mut self, index: usize, flags: Flags) -> Result<Page> {
+        let device = self.device.as_raw();
+        let slot = self.pages.get_mut(index).ok_or(EINVAL)?;
+        // SAFETY: The device is valid while `self.device` holds its reference.
+        let fresh = unsafe { Self::map(device, Page::alloc_page(flags)?) }?;
+        let old = core::mem::replace(slot, fresh);
+        // SAFETY: By the type invariant `old.addr` maps `old.page` on `device`; the page has
+        // left the segments, so it is unmapped once, here.
+        unsafe { unmap(device, old.addr, PAGE_SIZE, DmaDirection::FromDevice, true) };
+        Ok(old.page)
     }
 
+    /// Hands every page to the device (`to_device`) or back to the CPU.
     #[inline]
-    pub(crate) fn dma_addr(&self) -> u64 {
-        self.addr
-    }
-
-    #[inline]
-    pub(crate) fn sync_for_device(&self) {
-        // SAFETY: By the type invariant `addr` maps a page from the device.
-        unsafe {
-            sync(
-                self.device.as_raw(),
-                self.addr,
-                PAGE_SIZE,
-                DmaDirection::FromDevice,
-                true,
-            )
-        };
-    }
-
-    #[inline]
-    pub(crate) fn sync_for_cpu(&self) {
-        // SAFETY: By the type invariant `addr` maps a page from the device.
-        unsafe {
-            sync(
-                self.device.as_raw(),
-                self.addr,
-                PAGE_SIZE,
-                DmaDirection::FromDevice,
-                false,
-            )
-        };
+    fn sync(&self, to_device: bool) {
+        let device = self.device.as_raw();
+        // SAFETY: The device is valid while `self.device` holds its reference.
+        if unsafe { uses_virt_dma(device) } {
+            return;
+        }
+        for page in self.pages.iter() {
+            // SAFETY: By the type invariant `addr` maps the page from the device.
+            unsafe {
+                sync(
+                    device,
+                    page.addr,
+                    PAGE_SIZE,
+                    DmaDirection::FromDevice,
+                    to_device,
+                )
+            };
+        }
     }
 }
 
-impl Drop for DmaPage {
+impl Drop for PageSegments {
     fn drop(&mut self) {
-        self.unmap();
-        // SAFETY: Unmapped above; the page is dropped once, here.
-        unsafe { ManuallyDrop::drop(&mut self.page) };
-    }
-}
-
-/// A receive buffer in several segments: a head buffer, then pages. Large messages land
-/// mostly in the pages, which the receiver passes up as skb fragments and replaces
-/// ([`ScatterBuffer::replace_page`]) instead of copying.
-pub struct ScatterBuffer {
-    head: DmaBuffer,
-    pages: PageSegments,
-}
-
-/// The page segments of a [`ScatterBuffer`].
-pub struct PageSegments(KVec<DmaPage>);
-
-impl PageSegments {
-    /// The number of pages.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Puts `fresh` in place of page `index` and returns the old page, unmapped, with what
-    /// the device wrote; `None` (and `fresh` dropped) if there is no such page.
-    pub fn replace(&mut self, index: usize, fresh: DmaPage) -> Option<Page> {
-        let slot = self.0.get_mut(index)?;
-        Some(core::mem::replace(slot, fresh).into_page())
+        for page in self.pages.iter() {
+            // SAFETY: By the type invariant `addr` maps the page from the device, valid while
+            // `self.device` holds its reference; the pages are dropped right after.
+            unsafe {
+                unmap(
+                    self.device.as_raw(),
+                    page.addr,
+                    PAGE_SIZE,
+                    DmaDirection::FromDevice,
+                    true,
+                )
+            };
+        }
     }
 }
 
@@ -423,13 +411,21 @@ impl ScatterBuffer {
     /// A head of `head_len` bytes and `pages` pages, mapped for receiving on `device`.
     pub fn new(device: &Device, head_len: usize, pages: usize, flags: Flags) -> Result<Self> {
         let head = DmaBuffer::new(device, head_len, DmaDirection::FromDevice, flags)?;
-        let mut v = KVec::with_capacity(pages, flags)?;
+        // INVARIANT: each page is pushed as soon as it is mapped, so a failure drops (and
+        // unmaps) exactly those mapped.
+        let mut segments = PageSegments {
+            pages: KVec::with_capacity(pages, flags)?,
+            device: device.get_ref()?,
+        };
         for _ in 0..pages {
-            v.push(DmaPage::new(device, flags)?, flags)?;
+            // SAFETY: The device is valid while `segments.device` holds its reference.
+            let page =
+                unsafe { PageSegments::map(segments.device.as_raw(), Page::alloc_page(flags)?) }?;
+            segments.pages.push(page, flags)?;
         }
         Ok(Self {
             head,
-            pages: PageSegments(v),
+            pages: segments,
         })
     }
 
@@ -444,19 +440,22 @@ impl ScatterBuffer {
     }
 
     /// The segments as scatter/gather entries with `lkey`, at most `out.len()` of them.
+    #[inline]
     pub(crate) fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
         let n = 1 + self.pages.len();
-        if n > out.len() {
-            return Err(crate::error::code::EINVAL);
-        }
-        out[0] = bindings::ib_sge {
+        let (first, rest) = out
+            .get_mut(..n)
+            .ok_or(EINVAL)?
+            .split_first_mut()
+            .ok_or(EINVAL)?;
+        *first = bindings::ib_sge {
             addr: self.head.dma_addr(),
-            length: u32::try_from(self.head.len()).map_err(|_| crate::error::code::EINVAL)?,
+            length: u32::try_from(self.head.len()).map_err(|_| EINVAL)?,
             lkey,
         };
-        for (sge, page) in out[1..n].iter_mut().zip(self.pages.0.iter()) {
+        for (sge, page) in rest.iter_mut().zip(self.pages.pages.iter()) {
             *sge = bindings::ib_sge {
-                addr: page.dma_addr(),
+                addr: page.addr,
                 length: PAGE_SIZE as u32,
                 lkey,
             };
@@ -467,25 +466,19 @@ impl ScatterBuffer {
     #[inline]
     pub(crate) fn sync_for_device(&self) {
         self.head.sync_for_device();
-        self.pages.0.iter().for_each(DmaPage::sync_for_device);
+        self.pages.sync(true);
     }
 
-    /// Whether `device` may write every segment: all mapped on it for receiving (pages put
-    /// in by [`PageSegments::replace`] may come from anywhere).
+    /// Whether `device` may write every segment: all mapped on it for receiving.
     #[inline]
     pub(crate) fn usable_by(&self, device: &Device) -> bool {
-        self.head.usable_by(device, true)
-            && self
-                .pages
-                .0
-                .iter()
-                .all(|page| page.device.as_raw() == device.as_raw())
+        self.head.usable_by(device, true) && self.pages.device.as_raw() == device.as_raw()
     }
 
     #[inline]
     pub(crate) fn sync_for_cpu(&self) {
         self.head.sync_for_cpu();
-        self.pages.0.iter().for_each(DmaPage::sync_for_cpu);
+        self.pages.sync(false);
     }
 }
 
@@ -595,124 +588,129 @@ pub const MAX_SKB_SEGMENTS: usize = bindings::MAX_SKB_FRAGS as usize + 1;
 
 /// A socket buffer whose bytes from `offset` on are mapped for a device to read (a send),
 /// without a copy: what remains of the linear part is one segment, each page fragment
-/// another. Dropping it ends the mappings, then frees the skb.
+/// another. Made unmapped and mapped where it lies ([`SkbMapping::map`]): it lives in a
+/// send's slot, and the addresses of up to `MAX_SKB_FRAGS` fragments are written there
+/// once, never moved. Dropping it ends the mappings, then frees the skb.
 ///
 /// # Invariants
 ///
-/// `device` stays valid while the object lives. `head` (if any) maps the linear bytes of
-/// `skb` from `offset` on, and `frags[..mapped]` its first `mapped` fragments, all with
-/// `ib_dma_map_*` for `DMA_TO_DEVICE` on `device`. The skb is owned and unchanged while
-/// mapped.
+/// `device` stays valid while the object lives. If `head_len` is not 0, `head_addr` maps the
+/// `head_len` linear bytes of the skb from `offset` on; `frags[..mapped]` are initialised
+/// and map its first `mapped` fragments; all with `ib_dma_map_*` for `DMA_TO_DEVICE` on
+/// `device`. While anything is mapped, `skb` holds the skb, owned and unchanged.
 pub(crate) struct SkbMapping {
-    skb: ManuallyDrop<SkBuff>,
-    offset: u32,
-    head: Option<u64>,
-    frags: [u64; MAX_SKB_SEGMENTS - 1],
-    mapped: usize,
+    skb: Option<SkBuff>,
     device: *mut bindings::ib_device,
+    head_addr: u64,
+    offset: u32,
+    head_len: u32,
+    mapped: usize,
+    frags: [MaybeUninit<u64>; MAX_SKB_SEGMENTS - 1],
 }
 
 // SAFETY: The device may be used from any thread, and an owned skb may move between threads.
 unsafe impl Send for SkbMapping {}
 
 impl SkbMapping {
-    /// Maps `skb` from `offset` (in its linear part) on for `device` to read. On failure
-    /// hands the skb back with the error: `EINVAL` when `offset` is past the linear part or
-    /// a fragment is not a page, `ENOMEM` when a mapping fails.
+    /// Whether `skb` can be mapped from `offset` on: `EINVAL` when `offset` is past the
+    /// linear part or the skb has more fragments than a mapping holds.
+    #[inline]
+    pub(crate) fn check(skb: &SkBuff, offset: u32) -> Result {
+        if offset > skb.headlen() || skb.nr_frags() >= MAX_SKB_SEGMENTS {
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
+    /// `skb`, to be mapped from `offset` on for `device` by [`SkbMapping::map`]; nothing is
+    /// mapped yet.
     ///
     /// # Safety
     ///
-    /// `device` must be valid and stay so until the object is dropped or turned back into
-    /// its skb.
-    pub(crate) unsafe fn new(
-        device: *mut bindings::ib_device,
-        skb: SkBuff,
-        offset: u32,
-    ) -> core::result::Result<Self, (Error, SkBuff)> {
-        if offset > skb.headlen() || skb.nr_frags() >= MAX_SKB_SEGMENTS {
-            return Err((EINVAL, skb));
-        }
-        // INVARIANT: nothing is mapped yet; each mapping is recorded as soon as it is made,
-        // so a failure below ends exactly those made.
-        let mut this = Self {
-            skb: ManuallyDrop::new(skb),
-            offset,
-            head: None,
-            frags: [0; MAX_SKB_SEGMENTS - 1],
-            mapped: 0,
+    /// `device` must be valid and stay so until the object is dropped.
+    #[inline]
+    pub(crate) unsafe fn new(device: *mut bindings::ib_device, skb: SkBuff, offset: u32) -> Self {
+        // INVARIANT: nothing is mapped; the caller guarantees the device.
+        Self {
+            skb: Some(skb),
             device,
+            head_addr: 0,
+            offset,
+            head_len: 0,
+            mapped: 0,
+            frags: [const { MaybeUninit::uninit() }; MAX_SKB_SEGMENTS - 1],
+        }
+    }
+
+    /// Maps the skb's bytes from the offset on: `EINVAL` when it was checked by
+    /// [`SkbMapping::check`] in vain or a fragment is not a page, `ENOMEM` when a mapping
+    /// fails. Whatever was mapped stays recorded, and is ended with the object.
+    pub(crate) fn map(&mut self) -> Result {
+        if self.head_len != 0 || self.mapped != 0 {
+            return Err(EINVAL);
+        }
+        let Some(skb) = self.skb.as_ref() else {
+            return Err(EINVAL);
         };
-        let head = this.head_bytes();
+        Self::check(skb, self.offset)?;
+        let head = skb.data().get(self.offset as usize..).unwrap_or(&[]);
         if !head.is_empty() {
-            // SAFETY: The caller guarantees the device; `head` lies in the skb's linear part,
-            // which stays allocated and unchanged until unmapped (the skb is ours).
-            let mapped = unsafe {
+            let len = u32::try_from(head.len()).map_err(|_| EINVAL)?;
+            // SAFETY: The device is valid (type invariant); `head` lies in the skb's linear
+            // part, which stays allocated and unchanged until unmapped (the skb is ours).
+            self.head_addr = unsafe {
                 map_single(
-                    device,
+                    self.device,
                     head.as_ptr().cast_mut(),
                     head.len(),
                     DmaDirection::ToDevice,
                 )
-            };
-            match mapped {
-                Ok(addr) => this.head = Some(addr),
-                Err(e) => return Err((e, this.into_skb())),
-            }
+            }?;
+            // INVARIANT: the head is recorded as soon as it is mapped.
+            self.head_len = len;
         }
-        for index in 0..this.skb.nr_frags() {
-            let Some((page, offset, len)) = this.skb.frag(index) else {
-                return Err((EINVAL, this.into_skb()));
-            };
+        for (index, slot) in self.frags.iter_mut().enumerate().take(skb.nr_frags()) {
+            let (page, offset, len) = skb.frag(index).ok_or(EINVAL)?;
             // SAFETY: The device is valid; the fragment's page holds `len` bytes at `offset`
             // and stays referenced by the skb until unmapped.
-            let mapped =
-                unsafe { map_page(device, page.as_ptr(), offset, len, DmaDirection::ToDevice) };
-            let addr = match mapped {
-                Ok(addr) => addr,
-                Err(e) => return Err((e, this.into_skb())),
-            };
-            // `nr_frags` is below the array's length (checked above).
-            if let Some(slot) = this.frags.get_mut(index) {
-                *slot = addr;
-                this.mapped = index + 1;
-            }
+            let addr = unsafe {
+                map_page(
+                    self.device,
+                    page.as_ptr(),
+                    offset,
+                    len,
+                    DmaDirection::ToDevice,
+                )
+            }?;
+            slot.write(addr);
+            // INVARIANT: each fragment is recorded as soon as it is mapped.
+            self.mapped = index + 1;
         }
-        Ok(this)
-    }
-
-    /// The mapped bytes of the linear part.
-    fn head_bytes(&self) -> &[u8] {
-        self.skb.data().get(self.offset as usize..).unwrap_or(&[])
+        Ok(())
     }
 
     /// Number of segments: what a send needs in scatter/gather entries.
+    #[inline]
     pub(crate) fn segments(skb: &SkBuff, offset: u32) -> usize {
         usize::from(skb.headlen() > offset) + skb.nr_frags()
     }
 
-    /// Number of segments mapped: the scatter/gather entries a send of them takes.
+    /// The mapped segments as scatter/gather entries with `lkey`; returns how many were
+    /// written, `EINVAL` if `out` is too short.
     #[inline]
-    pub(crate) fn mapped_segments(&self) -> usize {
-        usize::from(self.head.is_some()) + self.mapped
-    }
-
-    /// The segments as scatter/gather entries with `lkey`; returns how many were written,
-    /// `EINVAL` if `out` is too short.
     pub(crate) fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
         let mut n = 0;
-        if let Some(addr) = self.head {
-            let sge = out.get_mut(n).ok_or(EINVAL)?;
-            *sge = bindings::ib_sge {
-                addr,
-                length: u32::try_from(self.head_bytes().len()).map_err(|_| EINVAL)?,
+        if self.head_len != 0 {
+            *out.get_mut(n).ok_or(EINVAL)? = bindings::ib_sge {
+                addr: self.head_addr,
+                length: self.head_len,
                 lkey,
             };
             n += 1;
         }
-        for (index, &addr) in self.frags.iter().take(self.mapped).enumerate() {
-            let len = self.skb.frag_len(index).unwrap_or(0);
-            let sge = out.get_mut(n).ok_or(EINVAL)?;
-            *sge = bindings::ib_sge {
+        for index in 0..self.mapped {
+            let (addr, len) = self.frag_mapping(index);
+            *out.get_mut(n).ok_or(EINVAL)? = bindings::ib_sge {
                 addr,
                 length: u32::try_from(len).map_err(|_| EINVAL)?,
                 lkey,
@@ -722,35 +720,46 @@ impl SkbMapping {
         Ok(n)
     }
 
-    /// Ends the mappings and returns the skb.
+    /// The address and length of mapped fragment `index` (below `mapped`).
     #[inline]
-    pub(crate) fn into_skb(self) -> SkBuff {
-        let mut this = ManuallyDrop::new(self);
-        this.unmap();
-        // SAFETY: `this` is never used or dropped again, so the skb is taken exactly once.
-        unsafe { ManuallyDrop::take(&mut this.skb) }
+    fn frag_mapping(&self, index: usize) -> (u64, usize) {
+        let len = self.skb.as_ref().and_then(|skb| skb.frag_len(index));
+        match self.frags.get(index) {
+            // SAFETY: `frags[..mapped]` are initialised (type invariant) and the caller asks
+            // for one of them.
+            Some(addr) if index < self.mapped => (unsafe { addr.assume_init() }, len.unwrap_or(0)),
+            _ => (0, 0),
+        }
+    }
+
+    /// Ends the mappings and takes the skb out, in place; `None` if it was taken already.
+    #[inline]
+    pub(crate) fn take_skb(&mut self) -> Option<SkBuff> {
+        self.unmap();
+        self.skb.take()
     }
 
     /// Ends every mapping recorded and forgets it.
     #[inline]
     fn unmap(&mut self) {
-        if let Some(addr) = self.head.take() {
-            // SAFETY: By the type invariant `addr` maps the head bytes on `device`, which is
-            // valid; it is forgotten above.
+        if self.head_len != 0 {
+            // SAFETY: By the type invariant `head_addr` maps `head_len` bytes on `device`,
+            // which is valid; it is forgotten below.
             unsafe {
                 unmap(
                     self.device,
-                    addr,
-                    self.head_bytes().len(),
+                    self.head_addr,
+                    self.head_len as usize,
                     DmaDirection::ToDevice,
                     false,
                 )
             };
+            self.head_len = 0;
         }
-        for (index, &addr) in self.frags.iter().take(self.mapped).enumerate() {
-            let len = self.skb.frag_len(index).unwrap_or(0);
-            // SAFETY: By the type invariant `addr` maps fragment `index` (`len` bytes) on
-            // `device`, which is valid; it is forgotten below.
+        for index in 0..self.mapped {
+            let (addr, len) = self.frag_mapping(index);
+            // SAFETY: By the type invariant `addr` maps fragment `index` (`len` bytes, the skb
+            // being unchanged) on `device`, which is valid; it is forgotten below.
             unsafe { unmap(self.device, addr, len, DmaDirection::ToDevice, true) };
         }
         self.mapped = 0;
@@ -759,8 +768,7 @@ impl SkbMapping {
 
 impl Drop for SkbMapping {
     fn drop(&mut self) {
+        // The skb, if still here, is freed after its mappings end, with the field.
         self.unmap();
-        // SAFETY: The skb is taken only here or in `into_skb`, which forgets `self`.
-        drop(unsafe { ManuallyDrop::take(&mut self.skb) });
     }
 }

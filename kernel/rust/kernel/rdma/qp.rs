@@ -23,7 +23,7 @@ use crate::{
     bindings,
     error::{
         code::{EINVAL, ENOSPC, EOPNOTSUPP},
-        from_err_ptr, to_result, Error, Result,
+        from_err_ptr, to_result, Result,
     },
     ffi::{c_int, c_void},
     net::skb::SkBuff,
@@ -102,9 +102,11 @@ unsafe extern "C" fn qp_event_callback(event: *mut bindings::ib_event, context: 
     handler.event(QpEvent::from_raw(event.event));
 }
 
-/// What a send carries: a buffer, or a socket buffer mapped in place.
+/// What a send carries: the first `len` bytes of a buffer, or a socket buffer mapped in
+/// place. It is made in the send's slot and stays there: a completion takes out what it
+/// carried ([`Payload::take_sent`]) and the rest is dropped where it lies.
 enum Payload {
-    Buffer(DmaBuffer),
+    Buffer { buf: Option<DmaBuffer>, len: u32 },
     Skb(SkbMapping),
 }
 
@@ -118,15 +120,42 @@ const fn zeroed_sge() -> bindings::ib_sge {
 }
 
 impl Payload {
-    /// Hands the memory back to the CPU: the buffer synchronised, the skb unmapped.
+    /// Gives the memory to the device and describes it in `out` with `lkey`: the buffer
+    /// synchronised, the skb mapped. Returns the entries written; `EINVAL` if `out` is too
+    /// short.
     #[inline]
-    fn into_sent(self) -> Sent {
+    fn map(&mut self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
         match self {
-            Payload::Buffer(buf) => {
+            Payload::Buffer {
+                buf: Some(buf),
+                len,
+            } => {
+                *out.first_mut().ok_or(EINVAL)? = bindings::ib_sge {
+                    addr: buf.dma_addr(),
+                    length: *len,
+                    lkey,
+                };
+                buf.sync_for_device();
+                Ok(1)
+            }
+            Payload::Buffer { buf: None, .. } => Err(EINVAL),
+            Payload::Skb(mapping) => {
+                mapping.map()?;
+                mapping.fill_sges(lkey, out)
+            }
+        }
+    }
+
+    /// Hands the memory back to the CPU and takes it out: the buffer synchronised, the skb
+    /// unmapped; `None` if taken already.
+    #[inline]
+    fn take_sent(&mut self) -> Option<Sent> {
+        match self {
+            Payload::Buffer { buf, .. } => buf.take().map(|buf| {
                 buf.sync_for_cpu();
                 Sent::Buffer(buf)
-            }
-            Payload::Skb(mapping) => Sent::Skb(mapping.into_skb()),
+            }),
+            Payload::Skb(mapping) => mapping.take_skb().map(Sent::Skb),
         }
     }
 }
@@ -918,7 +947,11 @@ impl<B: RecvBuffer> QueuePair<B> {
         let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
         self.send.renew();
-        self.send.drain(|slot| send_back(slot.payload.into_sent()));
+        self.send.drain(|mut slot| {
+            if let Some(sent) = slot.payload.take_sent() {
+                send_back(sent);
+            }
+        });
         // SAFETY: In RESET the device holds no request and accesses no posted buffer; the
         // caller counted the reset in `recv_posting`, so no receive is being posted.
         unsafe { self.recv.discard_all(recv_back) };
@@ -1025,17 +1058,17 @@ impl<B: RecvBuffer> QueuePair<B> {
         len: usize,
         ud: Option<(&Arc<AddressHandle>, u32, u32)>,
     ) -> Result {
-        let length = match u32::try_from(len) {
+        let len = match u32::try_from(len) {
             Ok(l) if len <= buf.len() && buf.usable_by(self.pd.device(), false) => l,
             _ => return Err(EINVAL),
         };
-        let mut sge = [bindings::ib_sge {
-            addr: buf.dma_addr(),
-            length,
-            lkey: self.pd.local_dma_lkey(),
-        }];
-        buf.sync_for_device();
-        self.post_wr(Payload::Buffer(buf), &mut sge, ud)
+        self.post_wr::<1>(
+            || Payload::Buffer {
+                buf: Some(buf),
+                len,
+            },
+            ud,
+        )
     }
 
     fn post_skb_inner(
@@ -1048,74 +1081,48 @@ impl<B: RecvBuffer> QueuePair<B> {
         if SkbMapping::segments(&skb, offset) > self.max_send_sge {
             skb.linearize()?;
         }
-        // SAFETY: The protection domain holds a reference to the device, and this object
-        // holds the domain until after its send slots, where the mapping lives, are dropped
-        // (fields drop in declaration order); a mapping leaving the queue pair is turned back
-        // into its skb first.
-        let mapping = unsafe { SkbMapping::new(self.pd.device().as_raw(), skb, offset) }
-            .map_err(|(e, _)| e)?;
+        SkbMapping::check(&skb, offset)?;
+        let device = self.pd.device().as_raw();
         // Most packets are one segment: their request is built without room for the most.
-        if mapping.mapped_segments() <= 1 {
-            self.post_mapping::<1>(mapping, ud)
+        let one = SkbMapping::segments(&skb, offset) <= 1;
+        let payload = || {
+            // SAFETY: The protection domain holds a reference to the device, and this object
+            // holds the domain until after its send slots, where the mapping lives, are
+            // dropped (fields drop in declaration order); a mapping leaving the queue pair is
+            // emptied of its skb first.
+            Payload::Skb(unsafe { SkbMapping::new(device, skb, offset) })
+        };
+        if one {
+            self.post_wr::<1>(payload, ud)
         } else {
-            self.post_mapping::<MAX_SKB_SEGMENTS>(mapping, ud)
+            self.post_wr::<MAX_SKB_SEGMENTS>(payload, ud)
         }
     }
 
-    /// Posts the segments of `mapping`, at most `N`, as one send.
+    /// Posts a signalled send of what `payload` makes, in at most `N` segments. The payload
+    /// is made in the request's slot, before the device sees the request, so that its
+    /// completion finds it whenever it comes; it is mapped there, never moved. A request
+    /// that cannot be posted has its payload freed (`EINVAL` for an address handle of
+    /// another protection domain, or while the queue pair is being reset; `ENOSPC` when
+    /// every slot is in use).
     #[inline]
-    fn post_mapping<const N: usize>(
+    fn post_wr<const N: usize>(
         &self,
-        mapping: SkbMapping,
+        payload: impl FnOnce() -> Payload,
         ud: Option<(&Arc<AddressHandle>, u32, u32)>,
     ) -> Result {
-        let mut sges = [const { zeroed_sge() }; N];
-        let limit = N.min(self.max_send_sge);
-        let filled = sges
-            .get_mut(..limit)
-            .ok_or(EINVAL)
-            .and_then(|sges| mapping.fill_sges(self.pd.local_dma_lkey(), sges));
-        match filled.map(|n| sges.get_mut(..n)) {
-            Ok(Some(sges)) => self.post_wr(Payload::Skb(mapping), sges, ud),
-            Ok(None) => {
-                drop(mapping.into_skb());
-                Err(EINVAL)
-            }
-            Err(e) => {
-                drop(mapping.into_skb());
-                Err(e)
-            }
-        }
-    }
-
-    /// Posts a signalled send of the memory `sges` describe, which `payload` owns. The
-    /// payload goes into the request's slot before the device sees the request, so that its
-    /// completion finds it whenever it comes; a request the device refuses has its payload
-    /// taken back and freed (`EINVAL` for an address handle of another protection domain,
-    /// or while the queue pair is being reset; `ENOSPC` when every slot is in use).
-    fn post_wr(
-        &self,
-        payload: Payload,
-        sges: &mut [bindings::ib_sge],
-        ud: Option<(&Arc<AddressHandle>, u32, u32)>,
-    ) -> Result {
-        // A refused payload is freed with no lock held.
-        let refused = |e: Error, payload: Payload| {
-            drop(payload.into_sent());
-            Err(e)
-        };
-        let Ok(num_sge) = c_int::try_from(sges.len()) else {
-            return refused(EINVAL, payload);
-        };
         if ud.is_some_and(|(ah, _, _)| ah.pd().as_raw() != self.pd.as_raw()) {
-            return refused(EINVAL, payload);
+            return Err(EINVAL);
         }
         let qp = self.qp.as_ptr();
         // SAFETY: `qp` is valid, and so its device, whose operations are set while it is
         // registered.
         let Some(post_send) = (unsafe { (*(*qp).device).ops.post_send }) else {
-            return refused(EOPNOTSUPP, payload);
+            return Err(EOPNOTSUPP);
         };
+        let mut sges = [const { zeroed_sge() }; N];
+        let limit = N.min(self.max_send_sge);
+        let lkey = self.pd.local_dma_lkey();
         let posting = self.posting.lock();
         let claim = if *posting == 0 {
             self.send.claim()
@@ -1124,18 +1131,40 @@ impl<B: RecvBuffer> QueuePair<B> {
         };
         let Some(claim) = claim else {
             let e = if *posting == 0 { ENOSPC } else { EINVAL };
+            // The payload, never made, is freed with no lock held.
             drop(posting);
-            return refused(e, payload);
+            drop(payload);
+            return Err(e);
         };
-        let wr_id = claim.fill(SendSlot {
-            payload,
-            _ah: ud.map(|(ah, _, _)| ah.clone()),
+        let filled = claim.fill_with(|place| {
+            let slot = place.insert(SendSlot {
+                payload: payload(),
+                _ah: ud.map(|(ah, _, _)| ah.clone()),
+            });
+            slot.payload.map(lkey, sges.get_mut(..limit).ok_or(EINVAL)?)
         });
+        let (wr_id, num_sge) = match filled {
+            Ok((wr_id, n)) => (wr_id, n),
+            Err((e, refused)) => {
+                // A refused payload is freed with no lock held.
+                drop(posting);
+                drop(refused);
+                return Err(e);
+            }
+        };
+        let Some(sges) = sges.get_mut(..num_sge) else {
+            // More entries than there is room for were counted: never posted.
+            let refused = self.send.take(wr_id);
+            drop(posting);
+            drop(refused);
+            return Err(EINVAL);
+        };
         // SAFETY: All-zero is a valid `ib_ud_wr`.
         let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
         wr.wr.__bindgen_anon_1.wr_id = wr_id;
         wr.wr.sg_list = sges.as_mut_ptr();
-        wr.wr.num_sge = num_sge;
+        // At most `N` entries, a small constant.
+        wr.wr.num_sge = num_sge as c_int;
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
         wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         if let Some((ah, remote_qpn, remote_qkey)) = ud {
@@ -1155,9 +1184,7 @@ impl<B: RecvBuffer> QueuePair<B> {
             // holds the payload.
             let refused = self.send.take(wr_id);
             drop(posting);
-            if let Some(slot) = refused {
-                drop(slot.payload.into_sent());
-            }
+            drop(refused);
             return to_result(ret);
         }
         Ok(())
@@ -1188,9 +1215,11 @@ impl<B: RecvBuffer> QueuePair<B> {
             return None;
         }
         // The slot still holds the request's payload only if no completion or reset took it.
-        let slot = self.send.take(wc.wr_id())?;
+        let sent = self
+            .send
+            .take_with(wc.wr_id(), |slot| slot.payload.take_sent())?;
         wc.consume();
-        Some(slot.payload.into_sent())
+        sent
     }
 }
 

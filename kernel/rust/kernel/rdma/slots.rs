@@ -17,7 +17,7 @@
 
 use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
-    error::Result,
+    error::{code::EINVAL, Error, Result},
 };
 use core::{
     cell::UnsafeCell,
@@ -148,6 +148,28 @@ impl<T> WorkSlots<T> {
         value
     }
 
+    /// Runs `f` on what the request `wr_id` left in its slot, where it lies, then empties the
+    /// slot, dropping what `f` left in place; `None` if the slot does not hold that
+    /// request's (as [`WorkSlots::take`]). For values too big to move cheaply.
+    #[inline]
+    pub(crate) fn take_with<R>(&self, wr_id: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        if wr_id == EMPTY || wr_id == BUSY {
+            return None;
+        }
+        let slot = self.slots.get((wr_id & 0xffff_ffff) as usize)?;
+        slot.state
+            .compare_exchange(wr_id, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // SAFETY: This thread moved the slot to `BUSY` above, so no other accesses the value
+        // until the store below (type invariant).
+        let value = unsafe { &mut *slot.value.get() };
+        let taken = value.as_mut().map(f);
+        *value = None;
+        // INVARIANT: the slot is emptied, then released.
+        slot.state.store(EMPTY, Ordering::Release);
+        taken
+    }
+
     /// Takes what every request left in its slot, one by one to `f`, for a queue the device
     /// gave up (a reset, a destroy that failed). A slot another thread holds `BUSY` at that
     /// moment (a post or a completion under way) is left to it.
@@ -206,11 +228,37 @@ impl<T> Claim<'_, T> {
         this.slot.state.store(this.wr_id, Ordering::Release);
         this.wr_id
     }
+
+    /// Makes the request's value in the slot itself, for values too big to move cheaply:
+    /// `make` gets the empty slot, fills it and prepares the value for the device. On
+    /// success returns the `wr_id` to post the request with, as [`Claim::fill`], and what
+    /// `make` returned. If `make` fails, or leaves the slot empty, the slot is given back
+    /// and its value returned to be freed.
+    #[inline]
+    pub(crate) fn fill_with<R>(
+        self,
+        make: impl FnOnce(&mut Option<T>) -> Result<R>,
+    ) -> core::result::Result<(u64, R), (Error, Option<T>)> {
+        // SAFETY: The claim holds the slot `BUSY` (type invariant), so this thread alone
+        // accesses the value until the claim ends (below, or its drop).
+        let value = unsafe { &mut *self.slot.value.get() };
+        match make(value) {
+            Ok(made) if value.is_some() => {
+                let this = core::mem::ManuallyDrop::new(self);
+                // INVARIANT: the slot holds the request's value before it names the request.
+                this.slot.state.store(this.wr_id, Ordering::Release);
+                Ok((this.wr_id, made))
+            }
+            // INVARIANT: emptied before the claim's drop gives the slot back.
+            Ok(_) => Err((EINVAL, value.take())),
+            Err(e) => Err((e, value.take())),
+        }
+    }
 }
 
 impl<T> Drop for Claim<'_, T> {
     fn drop(&mut self) {
-        // INVARIANT: the claim never filled the slot, which is still empty.
+        // INVARIANT: the claim never filled the slot, or emptied it again.
         self.slot.state.store(EMPTY, Ordering::Release);
     }
 }
