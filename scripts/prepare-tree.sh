@@ -42,8 +42,9 @@ staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
 
 # 3. Gather the desired content of every file we own into $staging, tree-relative.
-#    a) whole files of the overlay (kernel/ minus its patches)
-(cd "$REPO/kernel" && find . -type f ! -path './patches/*' -print0) |
+#    a) whole files of the overlay (kernel/ minus its patches, and minus the fixes of the
+#       C ipoib built as the tests' control, which scripts/build.sh applies to its copy)
+(cd "$REPO/kernel" && find . -type f ! -path './patches/*' ! -path './c-ipoib/*' -print0) |
 	while IFS= read -r -d '' f; do
 		mkdir -p "$staging/$(dirname "$f")"
 		cp "$REPO/kernel/$f" "$staging/$f"
