@@ -439,26 +439,31 @@ impl ScatterBuffer {
         (self.head.as_slice(), &mut self.pages)
     }
 
-    /// The segments as scatter/gather entries with `lkey`, at most `out.len()` of them.
+    /// The segments as scatter/gather entries with `lkey`, written to the first entries of
+    /// `out`; returns how many (`EINVAL` if more than `out.len()`).
     #[inline]
-    pub(crate) fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
+    pub(crate) fn fill_sges(
+        &self,
+        lkey: u32,
+        out: &mut [MaybeUninit<bindings::ib_sge>],
+    ) -> Result<usize> {
         let n = 1 + self.pages.len();
         let (first, rest) = out
             .get_mut(..n)
             .ok_or(EINVAL)?
             .split_first_mut()
             .ok_or(EINVAL)?;
-        *first = bindings::ib_sge {
+        first.write(bindings::ib_sge {
             addr: self.head.dma_addr(),
             length: u32::try_from(self.head.len()).map_err(|_| EINVAL)?,
             lkey,
-        };
+        });
         for (sge, page) in rest.iter_mut().zip(self.pages.pages.iter()) {
-            *sge = bindings::ib_sge {
+            sge.write(bindings::ib_sge {
                 addr: page.addr,
                 length: PAGE_SIZE as u32,
                 lkey,
-            };
+            });
         }
         Ok(n)
     }
@@ -645,6 +650,7 @@ impl SkbMapping {
     /// Maps the skb's bytes from the offset on: `EINVAL` when it was checked by
     /// [`SkbMapping::check`] in vain or a fragment is not a page, `ENOMEM` when a mapping
     /// fails. Whatever was mapped stays recorded, and is ended with the object.
+    #[inline]
     pub(crate) fn map(&mut self) -> Result {
         if self.head_len != 0 || self.mapped != 0 {
             return Err(EINVAL);
@@ -767,6 +773,7 @@ impl SkbMapping {
 }
 
 impl Drop for SkbMapping {
+    #[inline]
     fn drop(&mut self) {
         // The skb, if still here, is freed after its mappings end, with the field.
         self.unmap();

@@ -253,16 +253,24 @@ mod sealed {
     use crate::{bindings, error::Result};
 
     /// The scatter/gather entries of a [`super::ScatterBuffer`]: the first `n` of `sges`
-    /// (a type outside code cannot name).
+    /// (a type outside code cannot name). Made for every receive posted, so not zeroed
+    /// first: only the entries the buffer has are written.
+    ///
+    /// # Invariants
+    ///
+    /// `sges[..n]` are initialised; `n` is at most `MAX_RECV_SGE`.
     pub struct ScatterSges {
-        pub(super) sges: [bindings::ib_sge; super::MAX_RECV_SGE],
+        pub(super) sges: [core::mem::MaybeUninit<bindings::ib_sge>; super::MAX_RECV_SGE],
         pub(super) n: usize,
     }
 
     impl AsMut<[bindings::ib_sge]> for ScatterSges {
+        #[inline]
         fn as_mut(&mut self) -> &mut [bindings::ib_sge] {
             let n = self.n.min(self.sges.len());
-            &mut self.sges[..n]
+            // SAFETY: The first `n` entries are initialised (type invariant) and within the
+            // array; `MaybeUninit<T>` has the layout of `T`.
+            unsafe { core::slice::from_raw_parts_mut(self.sges.as_mut_ptr().cast(), n) }
         }
     }
 
@@ -324,6 +332,7 @@ impl RecvBuffer for DmaBuffer {}
 impl sealed::Sealed for ScatterBuffer {
     type Posted = Self;
     type Sges = sealed::ScatterSges;
+    #[inline]
     unsafe fn hand_over(self, device: &Device) -> Result<Self> {
         if !self.usable_by(device) {
             return Err(EINVAL);
@@ -331,11 +340,14 @@ impl sealed::Sealed for ScatterBuffer {
         self.sync_for_device();
         Ok(self)
     }
+    #[inline]
     fn sges(posted: &Self, lkey: u32) -> Result<sealed::ScatterSges> {
-        let mut sges = [bindings::ib_sge::default(); MAX_RECV_SGE];
+        let mut sges = [const { core::mem::MaybeUninit::uninit() }; MAX_RECV_SGE];
         let n = posted.fill_sges(lkey, &mut sges)?;
+        // INVARIANT: `fill_sges` wrote the first `n` entries, at most as many as there are.
         Ok(sealed::ScatterSges { sges, n })
     }
+    #[inline]
     fn take_back(posted: Self, _written: Option<u32>) -> Self {
         posted.sync_for_cpu();
         posted
