@@ -122,11 +122,14 @@ def cost_table(doc):
     rows = [f"The table comes from `bench/results/cost.json` (commit {doc.get('commit')}, "
             f"{doc.get('kernel_flavour')} kernel, {doc.get('runs')} runs, written {doc.get('date')}, "
             f"{doc.get('failures')} measurements failed): guest instructions per unit of work, "
-            "medians over the runs; spread is (max - min) / median of the module's figure.",
+            "medians over the runs. The driver's part is its module and the kernel image's Rust "
+            "code it runs (the kernel crate's out-of-line functions and `rust_helper_*`, which "
+            "for C are its module's own inline code); spread is (max - min) / median of the "
+            "driver's figure.",
             "",
-            "| mode | test | host | per | module C (spread) | module Rust (spread) | module Rust/C "
-            "| all C | all Rust | all Rust/C |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "| mode | test | host | per | driver C (spread) | driver Rust (spread) | driver Rust/C "
+            "| module Rust/C | all C | all Rust | all Rust/C |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode, mode_name in COST_MODES:
         for test, test_name, unit in COST_TESTS:
             for role in ("client", "server"):
@@ -134,13 +137,14 @@ def cost_table(doc):
                     return doc.get(f"cost_{d}_{mode}_{test}_{role}_{p}")
 
                 def spread(d):
-                    s = doc.get(f"spread_{d}_{mode}_{test}_{role}_module_percent")
+                    s = doc.get(f"spread_{d}_{mode}_{test}_{role}_driver_percent")
                     return "" if s is None else f" ({s:.1f}%)"
-                if get("c", "module") is None and get("rust", "module") is None:
+                if get("c", "driver") is None and get("rust", "driver") is None:
                     continue
                 rows.append(f"| {mode_name} | {test_name} | {role} | {unit} | "
-                            f"{figure(get('c', 'module'))}{spread('c')} | "
-                            f"{figure(get('rust', 'module'))}{spread('rust')} | "
+                            f"{figure(get('c', 'driver'))}{spread('c')} | "
+                            f"{figure(get('rust', 'driver'))}{spread('rust')} | "
+                            f"{ratio(doc.get(f'cost_rust_to_c_{mode}_{test}_{role}_driver'))} | "
                             f"{ratio(doc.get(f'cost_rust_to_c_{mode}_{test}_{role}_module'))} | "
                             f"{figure(get('c', 'all'))} | {figure(get('rust', 'all'))} | "
                             f"{ratio(doc.get(f'cost_rust_to_c_{mode}_{test}_{role}_all'))} |")
@@ -150,10 +154,10 @@ def cost_table(doc):
 def cost_summary(doc):
     rows = ["Guest instructions per unit of work, Rust/C, medians over the runs of "
             f"`bench/results/cost.json` ({doc.get('runs')} runs, {doc.get('date')}; IB MTU 4096 too in "
-            "`bench/results/README.md`), in the driver's module and in the whole guest (the stack, rxe "
-            "and user space included), client / server:",
+            "`bench/results/README.md`), in the driver (its module and the kernel crate's Rust it "
+            "runs) and in the whole guest (the stack, rxe and user space included), client / server:",
             "",
-            "| mode | test | per | module Rust/C | whole guest Rust/C |",
+            "| mode | test | per | driver Rust/C | whole guest Rust/C |",
             "|---|---|---|---|---|"]
     for mode, mode_name in (COST_MODES[0], COST_MODES[2]):
         for test, test_name, unit in COST_TESTS:
@@ -161,9 +165,9 @@ def cost_summary(doc):
                 c = doc.get(f"cost_rust_to_c_{mode}_{test}_client_{part}")
                 s = doc.get(f"cost_rust_to_c_{mode}_{test}_server_{part}")
                 return f"{ratio(c)} / {ratio(s)}"
-            if doc.get(f"cost_rust_to_c_{mode}_{test}_client_module") is None:
+            if doc.get(f"cost_rust_to_c_{mode}_{test}_client_driver") is None:
                 continue
-            rows.append(f"| {mode_name} | {test_name} | {unit} | {both('module')} | {both('all')} |")
+            rows.append(f"| {mode_name} | {test_name} | {unit} | {both('driver')} | {both('all')} |")
     return rows
 
 
