@@ -4,8 +4,8 @@
 # (bench/cost-plugin), and scripts/cost-report.py places made-up counts where they belong
 # and divides them as it should. The counts sit at real addresses of the kernel and the
 # modules the suite built (a function of each driver's .ko at the address a made-up guest
-# gave its .text, an rxe function and a core kernel function of vmlinux), so that the
-# figures are known exactly. Prints one "ok - ..." or "not ok - ..." line per check.
+# gave its .text, an rxe function, a kernel crate function and a core kernel function of
+# vmlinux), so that the figures are known exactly. Prints one "ok - ..." or "not ok - ..." line per check.
 # Usage: cost_report.sh KBUILD RUST-KO C-KO PLUGIN-TARGET-DIR
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,22 +36,25 @@ first_function() {
 kaddr() { nm "$build/vmlinux" | awk -v n="$1" '$3 == n { print $1; exit }'; }
 rust_off=$(first_function "$rust_ko") c_off=$(first_function "$c_ko")
 rxe=$(kaddr rxe_requester) core=$(kaddr schedule) stext=$(kaddr _stext)
-if [ -z "$rust_off" ] || [ -z "$c_off" ] || [ -z "$rxe" ] || [ -z "$core" ]; then
-	echo "not ok - cost: symbols of the built kernel and modules found (rust $rust_off c $c_off rxe $rxe schedule $core)"
+# A function of the kernel crate, compiled into the kernel image: the driver's part.
+crate=$(nm "$build/vmlinux" | awk '$2 ~ /^[tT]$/ && $3 ~ /^_RNv.*6kernel/ { print $1; exit }')
+if [ -z "$rust_off" ] || [ -z "$c_off" ] || [ -z "$rxe" ] || [ -z "$core" ] || [ -z "$crate" ]; then
+	echo "not ok - cost: symbols of the built kernel and modules found (rust $rust_off c $c_off rxe $rxe schedule $core crate $crate)"
 	exit 1
 fi
 hex() { printf '%x' "$1"; }
 rust_base=$((0xffffffffc0000000)) c_base=$((0xffffffffc1000000))
 
 # The server (host0): window 0 ours, 10 packets received: 1000 instructions in the module
-# (two vCPUs), 300 in rxe, 200 elsewhere in the kernel, 100 in user space: per packet 100,
-# 30, 20, 160 in all. Window 1 C's: 500 in its module, nothing else: 50 per packet.
+# (two vCPUs), 100 in the kernel crate's Rust, 300 in rxe, 200 elsewhere in the kernel, 100
+# in user space: per packet 100, 10 (the driver 110), 30, 20, 170 in all. Window 1 C's: 500 in its module, nothing else: 50 per packet.
 # Window 2 ours again, counted by the plugin but its COST line failed; window 3 has a
 # COST line the plugin never counted. The client (host1) counted window 2 only, which
 # failed on the server and so counts on neither.
 cat >"$work/host0.cost" <<EOF
 window 0 vcpus 2
 $(hex $((rust_base + 0x$rust_off))) 600 400
+$crate 60 40
 $rxe 300 0
 $core 0 200
 user 50 50
@@ -100,17 +103,21 @@ figures_are() {
 	done
 	return $bad
 }
-check "instructions per packet placed in the module, rxe, the kernel and all, per driver" \
-	figures_are cost_rust_datagram_udp_server_module=100.0 cost_rust_datagram_udp_server_rxe=30.0 \
-	cost_rust_datagram_udp_server_kernel=20.0 cost_rust_datagram_udp_server_all=160.0 \
-	cost_c_datagram_udp_server_module=50.0 cost_c_datagram_udp_server_all=50.0
-check "Rust/C ratios of the module and of all" \
-	figures_are cost_rust_to_c_datagram_udp_server_module=2.0 cost_rust_to_c_datagram_udp_server_all=3.2
+check "instructions per packet placed in the module, the kernel crate's Rust, rxe, the kernel and all, per driver" \
+	figures_are cost_rust_datagram_udp_server_module=100.0 cost_rust_datagram_udp_server_crate=10.0 \
+	cost_rust_datagram_udp_server_driver=110.0 cost_rust_datagram_udp_server_rxe=30.0 \
+	cost_rust_datagram_udp_server_kernel=20.0 cost_rust_datagram_udp_server_all=170.0 \
+	cost_c_datagram_udp_server_module=50.0 cost_c_datagram_udp_server_driver=50.0 \
+	cost_c_datagram_udp_server_all=50.0
+check "Rust/C ratios of the module, the driver and all" \
+	figures_are cost_rust_to_c_datagram_udp_server_module=2.0 cost_rust_to_c_datagram_udp_server_driver=2.2 \
+	cost_rust_to_c_datagram_udp_server_all=3.4
 check "the failed measurement, its other host's and the one the plugin never counted are counted, and fail the run" \
 	eval '[ "$(figure failures)" = 3 ] && [ "$rc" = 1 ] && grep -q "window 3 .* not counted" "$work/out" &&
 		[ "$(figure cost_rust_datagram_udp_client_module)" = None ]'
 check "the table and the functions that cost most are written" \
-	eval 'grep -q "| datagram | udp | server | packet | 50 | 100 | 2.00 | 50 | 160 | 3.20 |" "$work/cost.md" &&
-		grep -q "^  *100  " "$work/symbols.txt" && grep -q "^  *20  schedule" "$work/symbols.txt"'
+	eval 'grep -q "| datagram | udp | server | packet | 50 | 110 | 2.20 | 2.00 | 50 | 170 | 3.40 |" "$work/cost.md" &&
+		grep -q "^  *100  " "$work/symbols.txt" && grep -q "^  *20  schedule" "$work/symbols.txt" &&
+		grep -A1 "server crate:" "$work/symbols.txt" | grep -q "^  *10  "'
 grep -q "^not ok" <(cat "$work/out" /dev/null) && cat "$work/out"
 exit 0
