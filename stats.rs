@@ -13,7 +13,7 @@ use kernel::{c_str, net::dev::Stats64, rdma::qp::Sent, str::CStr, time};
 #[inline]
 pub(crate) fn now_ms() -> i64 {
     // Not past `i64::MAX` milliseconds: jiffies would have to count for 292 million years.
-    time::jiffies64_to_msecs(time::jiffies() as u64) as i64
+    time::jiffies64_to_msecs(time::get_jiffies_64()) as i64
 }
 
 /// What `ip -s link` shows for the interface.

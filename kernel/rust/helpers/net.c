@@ -132,11 +132,6 @@ void rust_helper_netif_keep_dst(struct net_device *dev)
 	netif_keep_dst(dev);
 }
 
-struct page *rust_helper_skb_frag_page(const skb_frag_t *frag)
-{
-	return skb_frag_page(frag);
-}
-
 unsigned int rust_helper_skb_frag_off(const skb_frag_t *frag)
 {
 	return skb_frag_off(frag);
@@ -182,17 +177,3 @@ void rust_helper_skb_dst_drop(struct sk_buff *skb)
 	skb_dst_drop(skb);
 }
 
-bool rust_helper_in_softirq(void)
-{
-	return in_softirq();
-}
-
-bool rust_helper_in_hardirq(void)
-{
-	return in_hardirq();
-}
-
-bool rust_helper_irqs_disabled(void)
-{
-	return irqs_disabled();
-}

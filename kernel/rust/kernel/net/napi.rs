@@ -19,7 +19,7 @@
 
 use super::{dev::NetDevice, skb::SkBuff};
 use crate::{bindings, prelude::*, sync::Arc, types::Opaque};
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::AtomicBool;
 
 /// The NAPI context of a device (`struct napi_struct`), kept in an [`Arc`] so that
 /// [`NapiHandle`]s keep its memory valid.
@@ -127,12 +127,12 @@ impl Napi {
     #[inline]
     fn bh_context(&self) -> bool {
         // SAFETY: The context is valid (type invariant); `state` is an aligned word that
-        // others change with atomic bit operations only.
-        let state =
-            unsafe { AtomicUsize::from_ptr(core::ptr::addr_of_mut!((*self.0.get()).state)) };
+        // others change with atomic bit operations and compare-and-exchange only, so it is
+        // read once, volatile, as C's `READ_ONCE`.
+        let state = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.0.get()).state)) };
         // Set by netpoll on this CPU before it calls the poll, cleared after it returns;
         // `napi_disable` sets it only once no poll runs.
-        state.load(Ordering::Relaxed) & (1 << bindings::NAPI_STATE_NPSVC) == 0
+        state & (1 << bindings::NAPI_STATE_NPSVC) == 0
     }
 
     /// The device the context polls for.

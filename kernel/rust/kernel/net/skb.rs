@@ -576,8 +576,12 @@ impl<O: Ownership> SkBuff<O> {
     #[inline]
     pub(crate) fn frag(&self, index: usize) -> Option<(NonNull<bindings::page>, usize, usize)> {
         let frag = self.frag_at(index)?;
-        // SAFETY: `frag` is a valid fragment of the skb.
-        let page = unsafe { bindings::skb_frag_page(frag) };
+        // As `skb_frag_page` (inline in C): a fragment's `netmem` is its page's address,
+        // unless its low bit marks device memory, which has no page.
+        if frag.netmem & bindings::NET_IOV as bindings::netmem_ref != 0 {
+            return None;
+        }
+        let page = frag.netmem as *mut bindings::page;
         Some((NonNull::new(page)?, frag.offset as usize, frag.len as usize))
     }
 

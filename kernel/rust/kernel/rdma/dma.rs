@@ -58,7 +58,8 @@ unsafe fn uses_virt_dma(device: *mut bindings::ib_device) -> bool {
 /// # Safety
 ///
 /// `device` must be valid, and the memory must stay allocated until unmapped.
-#[inline]
+// Always inline: for a software device it is one test, which a call would cost more than.
+#[inline(always)]
 unsafe fn map_single(
     device: *mut bindings::ib_device,
     ptr: *mut u8,
@@ -84,7 +85,8 @@ unsafe fn map_single(
 /// # Safety
 ///
 /// `device` must be valid, and the page must stay allocated until unmapped.
-#[inline]
+// Always inline: for a software device it is one test, which a call would cost more than.
+#[inline(always)]
 unsafe fn map_page(
     device: *mut bindings::ib_device,
     page: *mut bindings::page,
@@ -308,11 +310,13 @@ struct RecvPage {
 ///
 /// # Invariants
 ///
-/// The `addr` of each page is the mapping of all of its page from `device`, made by
-/// `ib_dma_map_page`, until the page leaves the segments ([`PageSegments::renew`]) or the
-/// segments drop; outside queues the pages are synchronised for the CPU.
+/// The `addr` of each of the first `mapped` pages is the mapping of all of its page from
+/// `device`, made by `ib_dma_map_page`, until the page leaves the segments
+/// ([`PageSegments::renew`]) or the segments drop; once made by [`ScatterBuffer::new`],
+/// every page is mapped. Outside queues the pages are synchronised for the CPU.
 pub struct PageSegments {
     pages: KVec<RecvPage>,
+    mapped: usize,
     device: DeviceRef,
 }
 
@@ -328,16 +332,15 @@ impl PageSegments {
         self.pages.is_empty()
     }
 
-    /// Maps a page for receiving on `device`.
+    /// Maps `page` for receiving on `device`.
     ///
     /// # Safety
     ///
-    /// `device` must be valid.
+    /// `device` must be valid, and `page` stay allocated until the mapping is ended.
     #[inline]
-    unsafe fn map(device: *mut bindings::ib_device, page: Page) -> Result<RecvPage> {
-        // SAFETY: The caller guarantees the device; the page stays allocated until unmapped
-        // (it is unmapped before it leaves the segments or is dropped with them).
-        let addr = unsafe {
+    unsafe fn map(device: *mut bindings::ib_device, page: &Page) -> Result<u64> {
+        // SAFETY: As the caller guarantees.
+        unsafe {
             map_page(
                 device,
                 page.as_ptr(),
@@ -345,8 +348,7 @@ impl PageSegments {
                 PAGE_SIZE,
                 DmaDirection::FromDevice,
             )
-        }?;
-        Ok(RecvPage { page, addr })
+        }
     }
 
     /// Puts a fresh page, allocated with `flags` and mapped on the same device, in place of
@@ -356,10 +358,16 @@ impl PageSegments {
     #[inline]
     pub fn renew(&mut self, index: usize, flags: Flags) -> Result<Page> {
         let device = self.device.as_raw();
-        let slot = self.pages.get_mut(index).ok_or(EINVAL)?;
-        // SAFETY: The device is valid while `self.device` holds its reference.
-        let fresh = unsafe { Self::map(device, Page::alloc_page(flags)?) }?;
-        let old = core::mem::replace(slot, fresh);
+        let slot = self
+            .pages
+            .get_mut(..self.mapped)
+            .and_then(|mapped| mapped.get_mut(index))
+            .ok_or(EINVAL)?;
+        let page = Page::alloc_page(flags)?;
+        // SAFETY: The device is valid while `self.device` holds its reference; the page is
+        // unmapped before it leaves the segments or is dropped with them.
+        let addr = unsafe { Self::map(device, &page) }?;
+        let old = core::mem::replace(slot, RecvPage { page, addr });
         // SAFETY: By the type invariant `old.addr` maps `old.page` on `device`; the page has
         // left the segments, so it is unmapped once, here.
         unsafe { unmap(device, old.addr, PAGE_SIZE, DmaDirection::FromDevice, true) };
@@ -374,7 +382,7 @@ impl PageSegments {
         if unsafe { uses_virt_dma(device) } {
             return;
         }
-        for page in self.pages.iter() {
+        for page in self.pages.iter().take(self.mapped) {
             // SAFETY: By the type invariant `addr` maps the page from the device.
             unsafe {
                 sync(
@@ -391,7 +399,7 @@ impl PageSegments {
 
 impl Drop for PageSegments {
     fn drop(&mut self) {
-        for page in self.pages.iter() {
+        for page in self.pages.iter().take(self.mapped) {
             // SAFETY: By the type invariant `addr` maps the page from the device, valid while
             // `self.device` holds its reference; the pages are dropped right after.
             unsafe {
@@ -411,17 +419,23 @@ impl ScatterBuffer {
     /// A head of `head_len` bytes and `pages` pages, mapped for receiving on `device`.
     pub fn new(device: &Device, head_len: usize, pages: usize, flags: Flags) -> Result<Self> {
         let head = DmaBuffer::new(device, head_len, DmaDirection::FromDevice, flags)?;
-        // INVARIANT: each page is pushed as soon as it is mapped, so a failure drops (and
-        // unmaps) exactly those mapped.
         let mut segments = PageSegments {
             pages: KVec::with_capacity(pages, flags)?,
+            mapped: 0,
             device: device.get_ref()?,
         };
         for _ in 0..pages {
-            // SAFETY: The device is valid while `segments.device` holds its reference.
-            let page =
-                unsafe { PageSegments::map(segments.device.as_raw(), Page::alloc_page(flags)?) }?;
-            segments.pages.push(page, flags)?;
+            // Kept before it is mapped, so that a failure drops (and unmaps) exactly the
+            // pages mapped.
+            let page = Page::alloc_page(flags)?;
+            segments.pages.push(RecvPage { page, addr: 0 }, flags)?;
+            let device = segments.device.as_raw();
+            let last = segments.pages.last_mut().ok_or(EINVAL)?;
+            // SAFETY: The device is valid while `segments.device` holds its reference; the
+            // page is unmapped before it leaves the segments or is dropped with them.
+            last.addr = unsafe { PageSegments::map(device, &last.page) }?;
+            // INVARIANT: the page is counted as soon as it is mapped.
+            segments.mapped += 1;
         }
         Ok(Self {
             head,
@@ -647,11 +661,17 @@ impl SkbMapping {
         }
     }
 
-    /// Maps the skb's bytes from the offset on: `EINVAL` when it was checked by
-    /// [`SkbMapping::check`] in vain or a fragment is not a page, `ENOMEM` when a mapping
-    /// fails. Whatever was mapped stays recorded, and is ended with the object.
+    /// Maps the skb's bytes from the offset on and describes them in `out` with `lkey`, in
+    /// one pass; returns the entries written. `EINVAL` when the skb was checked by
+    /// [`SkbMapping::check`] in vain, a fragment is not a page or `out` is too short,
+    /// `ENOMEM` when a mapping fails. Whatever was mapped stays recorded, and is ended with
+    /// the object.
     #[inline]
-    pub(crate) fn map(&mut self) -> Result {
+    pub(crate) fn map(
+        &mut self,
+        lkey: u32,
+        out: &mut [MaybeUninit<bindings::ib_sge>],
+    ) -> Result<usize> {
         if self.head_len != 0 || self.mapped != 0 {
             return Err(EINVAL);
         }
@@ -659,12 +679,14 @@ impl SkbMapping {
             return Err(EINVAL);
         };
         Self::check(skb, self.offset)?;
+        let mut out = out.iter_mut();
         let head = skb.data().get(self.offset as usize..).unwrap_or(&[]);
         if !head.is_empty() {
-            let len = u32::try_from(head.len()).map_err(|_| EINVAL)?;
+            let length = u32::try_from(head.len()).map_err(|_| EINVAL)?;
+            let sge = out.next().ok_or(EINVAL)?;
             // SAFETY: The device is valid (type invariant); `head` lies in the skb's linear
             // part, which stays allocated and unchanged until unmapped (the skb is ours).
-            self.head_addr = unsafe {
+            let addr = unsafe {
                 map_single(
                     self.device,
                     head.as_ptr().cast_mut(),
@@ -673,10 +695,13 @@ impl SkbMapping {
                 )
             }?;
             // INVARIANT: the head is recorded as soon as it is mapped.
-            self.head_len = len;
+            (self.head_addr, self.head_len) = (addr, length);
+            sge.write(bindings::ib_sge { addr, length, lkey });
         }
         for (index, slot) in self.frags.iter_mut().enumerate().take(skb.nr_frags()) {
             let (page, offset, len) = skb.frag(index).ok_or(EINVAL)?;
+            let length = u32::try_from(len).map_err(|_| EINVAL)?;
+            let sge = out.next().ok_or(EINVAL)?;
             // SAFETY: The device is valid; the fragment's page holds `len` bytes at `offset`
             // and stays referenced by the skb until unmapped.
             let addr = unsafe {
@@ -691,39 +716,15 @@ impl SkbMapping {
             slot.write(addr);
             // INVARIANT: each fragment is recorded as soon as it is mapped.
             self.mapped = index + 1;
+            sge.write(bindings::ib_sge { addr, length, lkey });
         }
-        Ok(())
+        Ok(usize::from(self.head_len != 0) + self.mapped)
     }
 
     /// Number of segments: what a send needs in scatter/gather entries.
     #[inline]
     pub(crate) fn segments(skb: &SkBuff, offset: u32) -> usize {
         usize::from(skb.headlen() > offset) + skb.nr_frags()
-    }
-
-    /// The mapped segments as scatter/gather entries with `lkey`; returns how many were
-    /// written, `EINVAL` if `out` is too short.
-    #[inline]
-    pub(crate) fn fill_sges(&self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
-        let mut n = 0;
-        if self.head_len != 0 {
-            *out.get_mut(n).ok_or(EINVAL)? = bindings::ib_sge {
-                addr: self.head_addr,
-                length: self.head_len,
-                lkey,
-            };
-            n += 1;
-        }
-        for index in 0..self.mapped {
-            let (addr, len) = self.frag_mapping(index);
-            *out.get_mut(n).ok_or(EINVAL)? = bindings::ib_sge {
-                addr,
-                length: u32::try_from(len).map_err(|_| EINVAL)?,
-                lkey,
-            };
-            n += 1;
-        }
-        Ok(n)
     }
 
     /// The address and length of mapped fragment `index` (below `mapped`).
@@ -748,6 +749,12 @@ impl SkbMapping {
     /// Ends every mapping recorded and forgets it.
     #[inline]
     fn unmap(&mut self) {
+        // SAFETY: The device is valid (type invariant).
+        if unsafe { uses_virt_dma(self.device) } {
+            // Nothing to end: the addresses are the memory's own.
+            (self.head_len, self.mapped) = (0, 0);
+            return;
+        }
         if self.head_len != 0 {
             // SAFETY: By the type invariant `head_addr` maps `head_len` bytes on `device`,
             // which is valid; it is forgotten below.

@@ -31,7 +31,7 @@ use crate::{
     str::CStr,
     sync::{Arc, Mutex, SpinLockBh},
 };
-use core::ptr::NonNull;
+use core::{mem::MaybeUninit, ptr::NonNull};
 
 /// Sizes of the work queues of a queue pair.
 #[derive(Clone, Copy, Debug)]
@@ -110,39 +110,27 @@ enum Payload {
     Skb(SkbMapping),
 }
 
-/// An all-zero scatter/gather entry.
-const fn zeroed_sge() -> bindings::ib_sge {
-    bindings::ib_sge {
-        addr: 0,
-        length: 0,
-        lkey: 0,
-    }
-}
-
 impl Payload {
     /// Gives the memory to the device and describes it in `out` with `lkey`: the buffer
     /// synchronised, the skb mapped. Returns the entries written; `EINVAL` if `out` is too
     /// short.
     #[inline]
-    fn map(&mut self, lkey: u32, out: &mut [bindings::ib_sge]) -> Result<usize> {
+    fn map(&mut self, lkey: u32, out: &mut [MaybeUninit<bindings::ib_sge>]) -> Result<usize> {
         match self {
             Payload::Buffer {
                 buf: Some(buf),
                 len,
             } => {
-                *out.first_mut().ok_or(EINVAL)? = bindings::ib_sge {
+                out.first_mut().ok_or(EINVAL)?.write(bindings::ib_sge {
                     addr: buf.dma_addr(),
                     length: *len,
                     lkey,
-                };
+                });
                 buf.sync_for_device();
                 Ok(1)
             }
             Payload::Buffer { buf: None, .. } => Err(EINVAL),
-            Payload::Skb(mapping) => {
-                mapping.map()?;
-                mapping.fill_sges(lkey, out)
-            }
+            Payload::Skb(mapping) => mapping.map(lkey, out),
         }
     }
 
@@ -260,8 +248,20 @@ mod sealed {
     ///
     /// `sges[..n]` are initialised; `n` is at most `MAX_RECV_SGE`.
     pub struct ScatterSges {
-        pub(super) sges: [core::mem::MaybeUninit<bindings::ib_sge>; super::MAX_RECV_SGE],
-        pub(super) n: usize,
+        sges: [core::mem::MaybeUninit<bindings::ib_sge>; super::MAX_RECV_SGE],
+        n: usize,
+    }
+
+    impl ScatterSges {
+        /// The entries of `buf` with `lkey`.
+        #[inline]
+        pub(super) fn of(buf: &super::ScatterBuffer, lkey: u32) -> Result<Self> {
+            let mut sges = [const { core::mem::MaybeUninit::uninit() }; super::MAX_RECV_SGE];
+            let n = buf.fill_sges(lkey, &mut sges)?;
+            // INVARIANT: `fill_sges` wrote the first `n` entries, at most as many as there
+            // are.
+            Ok(Self { sges, n })
+        }
     }
 
     impl AsMut<[bindings::ib_sge]> for ScatterSges {
@@ -342,10 +342,7 @@ impl sealed::Sealed for ScatterBuffer {
     }
     #[inline]
     fn sges(posted: &Self, lkey: u32) -> Result<sealed::ScatterSges> {
-        let mut sges = [const { core::mem::MaybeUninit::uninit() }; MAX_RECV_SGE];
-        let n = posted.fill_sges(lkey, &mut sges)?;
-        // INVARIANT: `fill_sges` wrote the first `n` entries, at most as many as there are.
-        Ok(sealed::ScatterSges { sges, n })
+        sealed::ScatterSges::of(posted, lkey)
     }
     #[inline]
     fn take_back(posted: Self, _written: Option<u32>) -> Self {
@@ -1099,9 +1096,9 @@ impl<B: RecvBuffer> QueuePair<B> {
         let one = SkbMapping::segments(&skb, offset) <= 1;
         let payload = || {
             // SAFETY: The protection domain holds a reference to the device, and this object
-            // holds the domain until after its send slots, where the mapping lives, are
-            // dropped (fields drop in declaration order); a mapping leaving the queue pair is
-            // emptied of its skb first.
+            // holds the domain until after its send slots, where the mapping lives and from
+            // which it never leaves (a completion or a reset takes its skb out), are dropped
+            // (fields drop in declaration order).
             Payload::Skb(unsafe { SkbMapping::new(device, skb, offset) })
         };
         if one {
@@ -1132,7 +1129,8 @@ impl<B: RecvBuffer> QueuePair<B> {
         let Some(post_send) = (unsafe { (*(*qp).device).ops.post_send }) else {
             return Err(EOPNOTSUPP);
         };
-        let mut sges = [const { zeroed_sge() }; N];
+        // Only the entries the payload has are written (`Payload::map`).
+        let mut sges = [const { MaybeUninit::<bindings::ib_sge>::uninit() }; N];
         let limit = N.min(self.max_send_sge);
         let lkey = self.pd.local_dma_lkey();
         let posting = self.posting.lock();
@@ -1164,7 +1162,7 @@ impl<B: RecvBuffer> QueuePair<B> {
                 return Err(e);
             }
         };
-        let Some(sges) = sges.get_mut(..num_sge) else {
+        if num_sge > limit {
             // More entries than there is room for were counted: never posted.
             let refused = self.send.take(wr_id);
             drop(posting);
@@ -1174,7 +1172,8 @@ impl<B: RecvBuffer> QueuePair<B> {
         // SAFETY: All-zero is a valid `ib_ud_wr`.
         let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
         wr.wr.__bindgen_anon_1.wr_id = wr_id;
-        wr.wr.sg_list = sges.as_mut_ptr();
+        // The first `num_sge` entries, written by the payload's mapping.
+        wr.wr.sg_list = sges.as_mut_ptr().cast();
         // At most `N` entries, a small constant.
         wr.wr.num_sge = num_sge as c_int;
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
@@ -1186,7 +1185,8 @@ impl<B: RecvBuffer> QueuePair<B> {
         }
         let mut bad = core::ptr::null();
         // SAFETY: `qp` is valid; `wr` (whose first member is the generic request, the only
-        // part an RC queue pair reads) and `sges` are valid for the call; the memory they
+        // part an RC queue pair reads) and the first `num_sge` entries of `sges` (written by
+        // `Payload::map`, which returned their number) are valid for the call; the memory they
         // describe is owned by the payload in the request's slot, with the address handle,
         // which only this request's completion takes out (no reset runs while `posting` is
         // held), or the failure below. Called as `ib_post_send` (inline in C) calls it.
