@@ -129,10 +129,10 @@ impl<T> WorkSlots<T> {
         }
     }
 
-    /// Takes what the request `wr_id` left in its slot, if the slot still holds that
-    /// request's (it does not once taken, or after a reset renewed the serial).
+    /// The slot of request `wr_id`, moved to `BUSY` by this thread; `None` if the slot does
+    /// not hold that request's value (taken already, or a reset renewed the serial since).
     #[inline]
-    pub(crate) fn take(&self, wr_id: u64) -> Option<T> {
+    fn seize(&self, wr_id: u64) -> Option<&Slot<T>> {
         if wr_id == EMPTY || wr_id == BUSY {
             return None;
         }
@@ -140,8 +140,16 @@ impl<T> WorkSlots<T> {
         slot.state
             .compare_exchange(wr_id, BUSY, Ordering::Acquire, Ordering::Relaxed)
             .ok()?;
-        // SAFETY: This thread moved the slot to `BUSY` above, so no other accesses the value
-        // until the store below (type invariant).
+        Some(slot)
+    }
+
+    /// Takes what the request `wr_id` left in its slot, if the slot still holds that
+    /// request's (it does not once taken, or after a reset renewed the serial).
+    #[inline]
+    pub(crate) fn take(&self, wr_id: u64) -> Option<T> {
+        let slot = self.seize(wr_id)?;
+        // SAFETY: This thread moved the slot to `BUSY` (`seize`), so no other accesses the
+        // value until the store below (type invariant).
         let value = unsafe { (*slot.value.get()).take() };
         // INVARIANT: the slot is emptied, then released.
         slot.state.store(EMPTY, Ordering::Release);
@@ -153,15 +161,9 @@ impl<T> WorkSlots<T> {
     /// request's (as [`WorkSlots::take`]). For values too big to move cheaply.
     #[inline]
     pub(crate) fn take_with<R>(&self, wr_id: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
-        if wr_id == EMPTY || wr_id == BUSY {
-            return None;
-        }
-        let slot = self.slots.get((wr_id & 0xffff_ffff) as usize)?;
-        slot.state
-            .compare_exchange(wr_id, BUSY, Ordering::Acquire, Ordering::Relaxed)
-            .ok()?;
-        // SAFETY: This thread moved the slot to `BUSY` above, so no other accesses the value
-        // until the store below (type invariant).
+        let slot = self.seize(wr_id)?;
+        // SAFETY: This thread moved the slot to `BUSY` (`seize`), so no other accesses the
+        // value until the store below (type invariant).
         let value = unsafe { &mut *slot.value.get() };
         let taken = value.as_mut().map(f);
         *value = None;
