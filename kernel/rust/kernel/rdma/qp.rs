@@ -1090,7 +1090,7 @@ impl<B: RecvBuffer> QueuePair<B> {
         if SkbMapping::segments(&skb, offset) > self.max_send_sge {
             skb.linearize()?;
         }
-        SkbMapping::check(&skb, offset)?;
+        // `SkbMapping::map` refuses an offset past the linear part (the skb is freed then).
         let device = self.pd.device().as_raw();
         // Most packets are one segment: their request is built without room for the most.
         let one = SkbMapping::segments(&skb, offset) <= 1;
@@ -1168,7 +1168,7 @@ impl<B: RecvBuffer> QueuePair<B> {
             drop(posting);
             drop(refused);
             return Err(EINVAL);
-        };
+        }
         // SAFETY: All-zero is a valid `ib_ud_wr`.
         let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
         wr.wr.__bindgen_anon_1.wr_id = wr_id;
