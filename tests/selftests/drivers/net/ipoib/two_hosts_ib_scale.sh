@@ -51,9 +51,9 @@ groups_in_mcg() {
 }
 
 # mcg_reaches KIND N SECONDS: waits until ib0_mcg lists at least N of the test's groups as
-# KIND; says how many it lists.
+# KIND (SECONDS scaled by SLOW); says how many it lists.
 mcg_reaches() {
-	wait_for "$3" eval "[ \"\$(groups_in_mcg $1)\" -ge $2 ]"
+	wait_for $(($3 * SLOW)) eval "[ \"\$(groups_in_mcg $1)\" -ge $2 ]"
 	local rc=$?
 	echo "$(groups_in_mcg "$1") groups in ib0_mcg as $1"
 	return $rc
@@ -71,7 +71,7 @@ round() {
 		echo datagram >/sys/class/net/ib0/mode
 		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up || return 1
 		# The SM may still be busy with the previous round's many leaves.
-		wait_for 120 eval 'ip link show ib0 | grep -q LOWER_UP' || {
+		wait_for $((120 * SLOW)) eval 'ip link show ib0 | grep -q LOWER_UP' || {
 			ip link show ib0
 			head -n 12 "$DBG/ib0_mcg"
 			return 1
@@ -123,7 +123,7 @@ round() {
 		kill "$counter" 2>/dev/null
 		wait "$counter" 2>/dev/null
 		# The groups left before the next round's driver joins its own.
-		wait_for 60 eval '[ "$(groups_in_mcg joined)" = 0 ]'
+		wait_for $((60 * SLOW)) eval '[ "$(groups_in_mcg joined)" = 0 ]'
 	else
 		both_at $((base + 2)) 600
 		sent() {
@@ -135,7 +135,7 @@ round() {
 		aged() {
 			# Nothing sent to them for two collection intervals: their handles go, and with
 			# them the send-only joins.
-			wait_for 90 eval '[ "$(groups_in_mcg send_only)" = 0 ]' || {
+			wait_for $((90 * SLOW)) eval '[ "$(groups_in_mcg send_only)" = 0 ]' || {
 				echo "send-only groups still in ib0_mcg: $(groups_in_mcg send_only)"
 				return 1
 			}
@@ -150,7 +150,7 @@ round() {
 		both_at $((base + 5)) 600
 		rejoined() {
 			mcg_reaches send_only_joined "$GROUPS_N" 120 || return 1
-			wait_for 60 grep -q hello /tmp/tcp.out || { echo "the server's TCP connection never came"; return 1; }
+			wait_for $((60 * SLOW)) grep -q hello /tmp/tcp.out || { echo "the server's TCP connection never came"; return 1; }
 		}
 		ipoib_check "$who: each group joined anew; the server's TCP connection accepted meanwhile" rejoined
 		kill "$listener" 2>/dev/null
@@ -158,7 +158,7 @@ round() {
 		both_at $((base + 6)) 600
 		# Left as they age out, not all at once by the unload, so that the SM is not busy
 		# with a thousand leaves when the next round's driver joins.
-		wait_for 90 eval '[ "$(groups_in_mcg send_only)" = 0 ]'
+		wait_for $((90 * SLOW)) eval '[ "$(groups_in_mcg send_only)" = 0 ]'
 	fi
 
 	both_at $((base + 7)) 300
