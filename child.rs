@@ -319,16 +319,16 @@ impl<I: ChildInterface> Children<I> {
         self.list.lock().children().for_each(f);
     }
 
-    /// The children's net_devices, for what must run without the list's lock (a child
-    /// brought up or down takes its own list's, of the same lock class); under RTNL, which
-    /// keeps children from being added or deleted meanwhile.
-    pub(crate) fn devices(&self, _rtnl: &Rtnl) -> Result<KVec<ARef<NetDevice>>> {
+    /// The children and their net_devices, for what must run without the list's lock (a
+    /// child brought up or down takes its own list's, of the same lock class); under RTNL,
+    /// which keeps children from being added or deleted meanwhile.
+    pub(crate) fn members(&self, _rtnl: &Rtnl) -> Result<KVec<(Arc<I>, ARef<NetDevice>)>> {
         let list = self.list.lock();
-        let mut devices = KVec::new();
+        let mut members = KVec::new();
         for c in list.children() {
-            devices.push(ARef::from(c.device()), GFP_KERNEL)?;
+            members.push((c.interface().clone(), ARef::from(c.device())), GFP_KERNEL)?;
         }
-        Ok(devices)
+        Ok(members)
     }
 }
 

@@ -24,9 +24,8 @@ use crate::{
         TX_TIMEOUT_MS,
     },
     ipoib_ud::UdDatapath,
-    path::GID_INDEX,
     stats::{bump, now_ms},
-    wire::{Gid, ENCAP_HEADER_LEN},
+    wire::ENCAP_HEADER_LEN,
 };
 use kernel::{
     net::{dev::NetDevice, neigh::arp_gc_interval_ms},
@@ -122,10 +121,7 @@ impl Interface {
     /// handles used meanwhile, and groups left and joined again, with the carrier and the
     /// connections kept (C: `IPOIB_FLUSH_LIGHT`).
     fn flush_light(self: &Arc<Self>) {
-        let gid_changed = match self.device.query_gid(self.port, GID_INDEX) {
-            Ok(gid) => self.gid.set(Gid(gid.0)),
-            Err(_) => false,
-        };
+        let gid_changed = self.gid.refresh(&self.device, self.port);
         // Queries asked of the SM that went away may never be answered: asked again.
         self.paths.cancel_queries();
         self.paths.mark_stale();
@@ -147,10 +143,7 @@ impl Interface {
     /// group is joined (C: `IPOIB_FLUSH_NORMAL`).
     fn flush_normal(self: &Arc<Self>) {
         self.refresh_partition();
-        let gid_changed = match self.device.query_gid(self.port, GID_INDEX) {
-            Ok(gid) => self.gid.set(Gid(gid.0)),
-            Err(_) => false,
-        };
+        let gid_changed = self.gid.refresh(&self.device, self.port);
         match self.device.port_attr(self.port) {
             Ok(attr) => self.ud.set_lid(attr.lid() as u16),
             Err(e) => pr_warn!("{}: port not queried ({:?})\n", self.log_name, e),

@@ -16,7 +16,7 @@ use crate::{
     debugfs::{DebugName, DebugView},
     ethtool::{self, EthtoolState},
     fabric::{Answered, SaOwner, SaPort},
-    flush::PendingFlushes,
+    flush::{Flush, PendingFlushes},
     ipoib_cm::ConnectedMode,
     ipoib_ud::{send_sges, Completions, UdConfig, UdDatapath},
     local_gid::LocalGid,
@@ -255,7 +255,7 @@ impl Interface {
             parent: parent.into(),
             interface: this.clone(),
         };
-        Self::build(
+        let child = Self::build(
             &this.device,
             this.port,
             &facts,
@@ -264,7 +264,101 @@ impl Interface {
             napi,
             role,
             None,
-        )
+        )?;
+        // A GUID the user chose for the parent is the child's too (C: `ipoib_child_init`).
+        if this.gid.is_chosen() {
+            child.take_interface_id(u64::from_be_bytes(this.gid.interface_id()));
+        }
+        Ok(child)
+    }
+
+    /// Takes `addr` as the interface's hardware address (`ip link set ibN address`, the
+    /// interface down; C: `ipoib_set_mac`): only the GID's interface ID may change (the
+    /// flags, QPN and subnet prefix as they are, the ID not zero), on InfiniBand, and the
+    /// children take it too. Groups are joined with it only while the port's GID table has
+    /// it.
+    pub(crate) fn set_address(
+        this: ArcBorrow<'_, Self>,
+        dev: &NetDevice,
+        rtnl: &Rtnl,
+        addr: &[u8],
+    ) -> Result {
+        let Ok(asked) = HwAddr::from_bytes(addr) else {
+            return Err(EINVAL);
+        };
+        let current = dev.dev_addr();
+        let kept = asked.as_bytes().get(..HWADDR_LEN - 8) == current.get(..HWADDR_LEN - 8);
+        let id = asked.gid().interface_id();
+        if !kept || id == 0 {
+            pr_info!(
+                "{}: address refused: only its last 8 bytes (a GUID, not 0) may change\n",
+                dev.name()
+            );
+            return Err(EINVAL);
+        }
+        if !this.on_infiniband() {
+            pr_info!(
+                "{}: the address of a RoCE port's interface is fixed\n",
+                dev.name()
+            );
+            return Err(EOPNOTSUPP);
+        }
+        this.take_interface_id(id);
+        let children = this.children().members(rtnl).inspect_err(|e| {
+            pr_warn!("{}: children keep their address ({:?})\n", dev.name(), e);
+        })?;
+        for (child, child_dev) in children.iter() {
+            child.take_interface_id(id);
+            if let Err(e) = child_dev.set_address(rtnl, child.local().as_bytes()) {
+                pr_warn!("{}: address not set ({:?})\n", child_dev.name(), e);
+            }
+        }
+        if !children.is_empty() {
+            // Children that are up leave the groups joined with their old GID and join
+            // again with the new one, if they may (the port work item flushes them).
+            this.flushes.ask(Flush::Light);
+            let _ = workqueue::system().enqueue::<_, PORT_WORK>(Arc::<Self>::from(this));
+        }
+        Ok(())
+    }
+
+    /// The GID's interface ID of `addr`, asked for with `ip link add ... address` for a
+    /// new child of `parent`: as [`Interface::set_address`] takes it (the flags, QPN and
+    /// prefix are the child's own), checked before the child is made.
+    pub(crate) fn child_address(parent: &NetDevice, addr: &[u8]) -> Result<u64> {
+        let id = HwAddr::from_bytes(addr)
+            .map_err(|_| EINVAL)?
+            .gid()
+            .interface_id();
+        if id == 0 {
+            pr_info!(
+                "{}: child's address refused: its GUID is 0\n",
+                parent.name()
+            );
+            return Err(EINVAL);
+        }
+        Ok(id)
+    }
+
+    /// Takes `id` (from [`Interface::child_address`]) as the interface ID of this new
+    /// child, whose net_device is `dev`.
+    pub(crate) fn take_address(&self, dev: &NetDevice, rtnl: &Rtnl, id: u64) -> Result {
+        self.take_interface_id(id);
+        dev.set_address(rtnl, self.local().as_bytes())
+    }
+
+    /// Takes `id` as the GID's interface ID, the user's choice; says so if the port's GID
+    /// table lacks it.
+    fn take_interface_id(&self, id: u64) {
+        self.gid.choose(id, &self.device, self.port);
+        if !self.gid.in_table() {
+            pr_info!(
+                "{}: address {}: its GID is not in port {}'s GID table, no group is joined with it\n",
+                self.log_name,
+                self.local(),
+                self.port
+            );
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -287,7 +381,7 @@ impl Interface {
         // The receive CQ takes connected mode's receives too.
         let base_cqe = 2 * recv_ring + 1;
         let partition = Arc::new(PartitionIndex::new(pkey_index), GFP_KERNEL)?;
-        let gid = Arc::new(LocalGid::new(facts.gid), GFP_KERNEL)?;
+        let gid = Arc::pin_init(LocalGid::new(facts.gid), GFP_KERNEL)?;
         let nonsrq_max = if cm_capable {
             ConnectedMode::nonsrq_room(device, port, recv_ring, base_cqe)
         } else {
@@ -609,7 +703,7 @@ impl Interface {
             self.ud.qp(),
             &self.pd,
             &owner,
-            self.has_partition(),
+            self.has_partition() && self.gid.in_table(),
             self.umcast(),
             &|mgid| self.paths.in_use(mgid),
         );
@@ -818,6 +912,14 @@ impl Interface {
         this.mcast.open();
         this.up.store(true, Ordering::Release);
         if this.on_infiniband() {
+            if !this.gid.in_table() {
+                pr_info!(
+                    "{}: address {}: its GID is not in port {}'s GID table, no group is joined, no carrier\n",
+                    dev.name(),
+                    this.local(),
+                    this.port
+                );
+            }
             // The broadcast group first; the carrier comes on once it is joined. The
             // address may have missed a GID change while the interface was down.
             let _ = workqueue::system().enqueue::<_, MCAST_WORK>(this.clone());

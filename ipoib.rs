@@ -11,10 +11,11 @@
 // default allows (as in Android's Rust binder).
 #![recursion_limit = "512"]
 
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
     c_str,
     net::{
-        dev::{NetDevice, Registration},
+        dev::{NetDevice, Registration, SockAddr},
         link::{LinkKind, LinkRegistration},
         napi::NapiHandle,
     },
@@ -25,7 +26,7 @@ use kernel::{
         event::{AsyncEvent, EventHandler, EventRegistration},
         sa::SaClient,
     },
-    sync::Arc,
+    sync::{rcu, Arc},
     types::ARef,
 };
 
@@ -156,34 +157,57 @@ impl Drop for Ports {
     }
 }
 
-/// How many interfaces match a connection request.
+/// Whether a connection request found two interfaces with its address (said once).
+static DUPLICATE_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// How many interfaces match a connection request, and the device the first stands for.
 enum Found {
     None,
     One(ARef<NetDevice>),
-    Several,
+    Several(ARef<NetDevice>),
+}
+
+/// The device an interface that matches a connection request stands for (C:
+/// `ipoib_get_master_net_dev`, `ipoib_get_net_dev_match_addr`), which the RDMA CM checks
+/// against the route to the requester: without an address, the bond (or other master, not a
+/// VRF) the interface is enslaved to, else the interface; with one, the interface if it owns
+/// the address, else the first device above it that does, if any.
+fn stands_for(dev: &NetDevice, addr: Option<&SockAddr>) -> Option<ARef<NetDevice>> {
+    let rcu = rcu::read_lock();
+    match addr {
+        None => Some(match dev.master_upper(&rcu) {
+            Some(master) if !master.is_l3_master() => master.into(),
+            _ => dev.into(),
+        }),
+        Some(a) if dev.has_address(a) => Some(dev.into()),
+        Some(a) => dev
+            .find_upper(&rcu, |upper| upper.has_address(a))
+            .map(ARef::from),
+    }
 }
 
 impl Ports {
     /// The interfaces (children included) that a connection request is for: on its port,
     /// in its partition (either membership), at its GID if it names one, owning `addr` if
     /// given.
-    fn find(
-        &self,
-        request: &NetDevRequest<'_>,
-        addr: Option<&kernel::net::dev::SockAddr>,
-    ) -> Found {
+    fn find(&self, request: &NetDevRequest<'_>, addr: Option<&SockAddr>) -> Found {
         let mut found = Found::None;
         let mut consider = |interface: &Interface, dev: &NetDevice| {
             let pkey_matches = (interface.pkey() ^ request.pkey) & !wire::PKEY_FULL_MEMBER == 0;
             let gid_matches = request
                 .gid
                 .map_or(true, |gid| gid.0 == interface.local().gid().0);
-            if !pkey_matches || !gid_matches || addr.is_some_and(|a| !dev.has_address(a)) {
+            if !pkey_matches || !gid_matches {
                 return;
             }
-            found = match found {
-                Found::None => Found::One(dev.into()),
-                _ => Found::Several,
+            let Some(target) = stands_for(dev, addr) else {
+                return;
+            };
+            found = match core::mem::replace(&mut found, Found::None) {
+                Found::None => Found::One(target),
+                // Slaves of one bond stand for it once.
+                Found::One(first) if core::ptr::eq(&*first, &*target) => Found::One(first),
+                Found::One(first) | Found::Several(first) => Found::Several(first),
             };
         };
         for p in self.entries.iter().filter(|p| p.port == request.port) {
@@ -277,14 +301,17 @@ impl Client for IpoibClient {
         let found = ports.find(request, None);
         match (found, request.addr) {
             (Found::One(dev), _) => Some(dev),
-            (Found::Several, Some(addr)) => match ports.find(request, Some(addr)) {
+            (Found::Several(_), Some(addr)) => match ports.find(request, Some(addr)) {
                 Found::One(dev) => Some(dev),
-                Found::Several => {
-                    pr_warn!(
-                        "{}: duplicate IP address on IPoIB interfaces\n",
-                        device.name()
-                    );
-                    None
+                // As C: the first, and a warning (once: requests come from the network).
+                Found::Several(first) => {
+                    if !DUPLICATE_WARNED.swap(true, Ordering::Relaxed) {
+                        pr_warn!(
+                            "{}: duplicate IP address on IPoIB interfaces\n",
+                            device.name()
+                        );
+                    }
+                    Some(first)
                 }
                 Found::None => None,
             },

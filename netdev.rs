@@ -122,9 +122,9 @@ pub(crate) struct IpoibNetdev;
 
 /// Brings the children of `iface` up or down with it (`up`), under RTNL.
 fn follow_parent(iface: &Interface, rtnl: &Rtnl, up: bool) {
-    match iface.children().devices(rtnl) {
+    match iface.children().members(rtnl) {
         Ok(children) => {
-            for child in children.iter() {
+            for (_, child) in children.iter() {
                 let _ = child.set_up(rtnl, up);
             }
         }
@@ -404,11 +404,27 @@ impl Operations for IpoibNetdev {
     ) -> Result {
         // Without a P_Key the child shares its parent's partition.
         let pkey = attrs.u16(IFLA_IPOIB_PKEY)?.unwrap_or(iface.pkey());
+        let address = match link.address()? {
+            Some(addr) => Some(Interface::child_address(parent, addr)?),
+            None => None,
+        };
         let (child, dev) =
             Children::<Interface>::create(&iface.into(), parent, rtnl, pkey, Request::Link(link))?;
+        if let Some(id) = address {
+            child.take_address(&dev, rtnl, id)?;
+        }
         // The mode and umcast asked for apply as to an existing interface; on failure the
         // new one is deleted.
         Self::change_link(&dev, child.as_arc_borrow(), rtnl, attrs)
+    }
+
+    fn set_address(
+        dev: &NetDevice,
+        iface: ArcBorrow<'_, Interface>,
+        rtnl: &Rtnl,
+        addr: &[u8],
+    ) -> Result {
+        Interface::set_address(iface, dev, rtnl, addr)
     }
 
     fn del_link(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, _rtnl: &Rtnl) -> Result {

@@ -177,3 +177,7 @@ void rust_helper_skb_dst_drop(struct sk_buff *skb)
 	skb_dst_drop(skb);
 }
 
+bool rust_helper_netif_is_l3_master(const struct net_device *dev)
+{
+	return netif_is_l3_master(dev);
+}

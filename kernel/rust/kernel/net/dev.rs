@@ -14,11 +14,11 @@ use super::{
 };
 use crate::{
     bindings, build_error,
-    error::{code::EINVAL, code::EIO, code::ENOMEM, from_result, to_result, Result},
+    error::{code::EBUSY, code::EINVAL, code::EIO, code::ENOMEM, from_result, to_result, Result},
     ffi::{c_int, c_void},
     prelude::*,
     str::CStr,
-    sync::Arc,
+    sync::{rcu, Arc},
     types::{AlwaysRefCounted, ForeignOwnable, Opaque},
 };
 use core::sync::atomic::Ordering;
@@ -208,8 +208,10 @@ impl NetDevice {
 
 impl NetDevice {
     /// Whether `addr`, an IPv4 or IPv6 address, is one of this device's own (as the stack
-    /// would deliver it here); an address of another family never is. May sleep.
+    /// would deliver it here); an address of another family never is. Does not sleep.
     pub fn has_address(&self, addr: &SockAddr) -> bool {
+        // The device's address lists are read under RCU.
+        let _rcu = rcu::read_lock();
         let dev = self.as_raw();
         // SAFETY: The device is valid (type invariant); its namespace lives as long as it.
         let net = unsafe { bindings::dev_net(dev) };
@@ -227,7 +229,8 @@ impl NetDevice {
                 if in_dev.is_null() {
                     return false;
                 }
-                // SAFETY: `net` and the referenced `in_dev` are valid for the call.
+                // SAFETY: `net` and the referenced `in_dev` are valid for the call, and the
+                // RCU read lock its address list needs is held.
                 let found = unsafe {
                     bindings::inet_confirm_addr(
                         net,
@@ -251,6 +254,75 @@ impl NetDevice {
             }
             _ => false,
         }
+    }
+
+    /// The device this one is enslaved to (a bond, a team, a bridge or a VRF), if any (C:
+    /// `netdev_master_upper_dev_get_rcu`): valid while `_rcu` is held.
+    pub fn master_upper<'a>(&'a self, _rcu: &'a rcu::Guard) -> Option<&'a NetDevice> {
+        // SAFETY: The device is valid (type invariant), and the RCU read lock is held.
+        let master = unsafe { bindings::netdev_master_upper_dev_get_rcu(self.as_raw()) };
+        // SAFETY: The core unlinks an upper device (RCU-safely) before it unregisters it and
+        // waits a grace period before freeing it: valid while the read lock, held before
+        // this call, is held.
+        (!master.is_null()).then(|| unsafe { NetDevice::from_raw(master) })
+    }
+
+    /// Whether this is an L3 master device, a VRF (C: `netif_is_l3_master`).
+    pub fn is_l3_master(&self) -> bool {
+        // SAFETY: The device is valid; its private flags are read as C reads them, without a
+        // lock.
+        unsafe { bindings::netif_is_l3_master(self.as_raw()) }
+    }
+
+    /// The first device above this one, at any level, depth first, for which `pred` holds
+    /// (C: `netdev_walk_all_upper_dev_rcu`): valid while `_rcu` is held. `pred` runs under
+    /// RCU, so it must not sleep.
+    pub fn find_upper<'a, F: FnMut(&NetDevice) -> bool>(
+        &'a self,
+        _rcu: &'a rcu::Guard,
+        pred: F,
+    ) -> Option<&'a NetDevice> {
+        struct Walk<F> {
+            pred: F,
+            found: *mut bindings::net_device,
+        }
+        /// # Safety
+        ///
+        /// `data` of `priv_` must point to a `Walk<F>` nothing else uses during the call, and
+        /// `upper` to a device valid under the RCU read lock the walk's caller holds.
+        unsafe extern "C" fn visit<F: FnMut(&NetDevice) -> bool>(
+            upper: *mut bindings::net_device,
+            priv_: *mut bindings::netdev_nested_priv,
+        ) -> c_int {
+            // SAFETY: Per the safety requirements, `data` is our `Walk<F>`, used by us alone.
+            let walk = unsafe { &mut *(*priv_).data.cast::<Walk<F>>() };
+            // SAFETY: `upper` is valid for the call (the safety requirements).
+            let dev = unsafe { NetDevice::from_raw(upper) };
+            if (walk.pred)(dev) {
+                walk.found = upper;
+                // Non-zero stops the walk.
+                1
+            } else {
+                0
+            }
+        }
+        let mut walk = Walk {
+            pred,
+            found: core::ptr::null_mut(),
+        };
+        let mut priv_ = bindings::netdev_nested_priv {
+            flags: 0,
+            data: core::ptr::addr_of_mut!(walk).cast(),
+        };
+        // SAFETY: The device is valid and the RCU read lock is held; `visit` is called with
+        // `priv_`, whose `data` is `walk`, of the type `visit` is instantiated for; both
+        // outlive the call.
+        unsafe {
+            bindings::netdev_walk_all_upper_dev_rcu(self.as_raw(), Some(visit::<F>), &mut priv_)
+        };
+        // SAFETY: An upper device the walk passed is valid while the read lock is held (as
+        // for `master_upper`).
+        (!walk.found.is_null()).then(|| unsafe { NetDevice::from_raw(walk.found) })
     }
 }
 
@@ -614,6 +686,19 @@ pub trait Operations: Sized + 'static {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
+    /// Takes `addr` (`addr_len` bytes) as the device's hardware address (`ip link set NAME
+    /// address ADDR`, under RTNL): on `Ok` the device has it, and the core tells the stack.
+    /// Only asked while the device is down: while it is up the core's caller gets `EBUSY`
+    /// (no live address change).
+    fn set_address(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _rtnl: &Rtnl,
+        _addr: &[u8],
+    ) -> Result {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
     /// Builds the link-layer header of an outgoing packet (`header_ops->create`): pushes it in
     /// front of `skb`'s data for protocol `ethertype` to `daddr` (the destination hardware
     /// address, `None` when the stack has none) and returns its length. `dev` may be another
@@ -811,6 +896,11 @@ impl<T: Operations> Adapter<T> {
         ndo_start_xmit: Some(Self::start_xmit_callback),
         ndo_change_mtu: if T::HAS_CHANGE_MTU {
             Some(Self::change_mtu_callback)
+        } else {
+            None
+        },
+        ndo_set_mac_address: if T::HAS_SET_ADDRESS {
+            Some(Self::set_address_callback)
         } else {
             None
         },
@@ -1084,6 +1174,39 @@ impl<T: Operations> Adapter<T> {
 
     /// # Safety
     ///
+    /// As for `open_callback`; called under RTNL, with `sa` a socket address whose
+    /// `sa_data` is followed by room for `addr_len` bytes, all initialised
+    /// (`dev_set_mac_address`).
+    unsafe extern "C" fn set_address_callback(
+        dev: *mut bindings::net_device,
+        sa: *mut c_void,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: The core passes a valid registered device of ours.
+            let (ndev, data) = unsafe { Self::ours(dev) };
+            // SAFETY: The core calls this under RTNL, held for the call.
+            let rtnl = unsafe { Rtnl::assume_held() };
+            // SAFETY: The device is valid and RTNL is held, which serialises its flags.
+            let flags = unsafe { bindings::dev_get_flags(dev) };
+            if flags & bindings::net_device_flags_IFF_UP != 0 {
+                return Err(EBUSY);
+            }
+            let sa = sa.cast::<bindings::sockaddr>();
+            // SAFETY: `sa` is valid; no reference to its data (`sa_data`, the union after
+            // `sa_family`) is made before the slice below.
+            let data_ptr = unsafe { core::ptr::addr_of!((*sa).__bindgen_anon_1) }.cast::<u8>();
+            // SAFETY: The core's buffer holds `addr_len` initialised bytes from `sa_data`
+            // on, which nothing writes during the call.
+            let addr = unsafe { core::slice::from_raw_parts(data_ptr, ndev.addr_len()) };
+            T::set_address(ndev, data, rtnl, addr)?;
+            // SAFETY: The device is valid, RTNL is held, and `addr` has `addr_len` bytes.
+            unsafe { bindings::dev_addr_set(dev, addr.as_ptr()) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
     /// As for `open_callback`; the core holds the device's address lock (`netif_addr_lock`).
     unsafe extern "C" fn set_rx_mode_callback(dev: *mut bindings::net_device) {
         // SAFETY: The core passes a valid registered device of ours, with its address lists
@@ -1222,7 +1345,7 @@ impl<T: Operations> Adapter<T> {
         let napi = match (T::HAS_NAPI_POLL, napi) {
             (true, Some(n)) => {
                 if n.0.attached.swap(true, Ordering::AcqRel) {
-                    return Err(crate::error::code::EBUSY);
+                    return Err(EBUSY);
                 }
                 Some(n.clone())
             }

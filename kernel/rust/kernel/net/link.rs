@@ -249,13 +249,30 @@ impl<T: Operations> LinkDevice<T> {
 /// # Invariants
 ///
 /// `dev` was allocated by the core for kind `kind`, with `T`'s private size and set-up, and
-/// is not registered; it stays valid for `'a` (the `newlink` callback).
+/// is not registered; it stays valid for `'a` (the `newlink` callback). `links` are the
+/// message's link attributes (`IFLA_*`).
 pub struct NewLink<'a, T: Operations> {
     dev: *mut bindings::net_device,
     kind: ArcBorrow<'a, LinkKind<T>>,
+    links: LinkAttributes<'a>,
 }
 
 impl<T: Operations> NewLink<'_, T> {
+    /// The hardware address asked for (`ip link add ... address ADDR`), if any: `EINVAL`
+    /// unless it has the device's address length.
+    pub fn address(&self) -> Result<Option<&[u8]>> {
+        let Some(addr) = self.links.payload(bindings::IFLA_ADDRESS as u16) else {
+            return Ok(None);
+        };
+        // SAFETY: `dev` is valid for the callback (type invariant); its `addr_len` was set
+        // by the kind's set-up.
+        let len = usize::from(unsafe { (*self.dev).addr_len });
+        if addr.len() != len {
+            return Err(EINVAL);
+        }
+        Ok(Some(addr))
+    }
+
     /// Registers the device with `data`; the other arguments are those of
     /// [`super::dev::Registration::new`].
     pub fn register(
@@ -298,29 +315,33 @@ pub struct LinkAttributes<'a> {
     _data: PhantomData<&'a bindings::nlattr>,
 }
 
-impl LinkAttributes<'_> {
-    /// The payload of the attribute of type `kind`: `None` if absent, `EINVAL` if it is not
-    /// `N` bytes long.
-    fn bytes<const N: usize>(&self, kind: u16) -> Result<Option<[u8; N]>> {
+impl<'a> LinkAttributes<'a> {
+    /// The payload of the attribute of type `kind`, if present.
+    fn payload(&self, kind: u16) -> Option<&'a [u8]> {
         if self.data.is_null() || u32::from(kind) > self.maxtype {
-            return Ok(None);
+            return None;
         }
         // SAFETY: The core passes `maxtype + 1` entries, and `kind <= maxtype`.
         let attr = unsafe { *self.data.wrapping_add(usize::from(kind)) };
         if attr.is_null() {
-            return Ok(None);
+            return None;
         }
         // SAFETY: A non-null entry is a parsed attribute inside the message.
         let len = usize::from(unsafe { (*attr).nla_len });
-        // Its length covers its header and payload (checked below before any read).
+        // The parser checked that its length covers its header.
         let payload = attr.cast::<u8>().wrapping_add(attr_size(0));
-        if len != attr_size(0) + N {
-            return Err(EINVAL);
+        // SAFETY: The payload's `len - header` bytes are inside the message, which is not
+        // changed for `'a`.
+        Some(unsafe { core::slice::from_raw_parts(payload, len.saturating_sub(attr_size(0))) })
+    }
+
+    /// The payload of the attribute of type `kind`: `None` if absent, `EINVAL` if it is not
+    /// `N` bytes long.
+    fn bytes<const N: usize>(&self, kind: u16) -> Result<Option<[u8; N]>> {
+        match self.payload(kind) {
+            None => Ok(None),
+            Some(payload) => Ok(Some(payload.try_into().map_err(|_| EINVAL)?)),
         }
-        let mut bytes = [0u8; N];
-        // SAFETY: The payload has the `N` bytes checked above.
-        unsafe { core::ptr::copy_nonoverlapping(payload, bytes.as_mut_ptr(), N) };
-        Ok(Some(bytes))
     }
 
     /// The attribute of type `kind` as a `u16`: `None` if absent, `EINVAL` if it holds
@@ -466,7 +487,7 @@ unsafe extern "C" fn new_link_callback<T: Operations>(
             _data: PhantomData,
         };
         // INVARIANT: Allocated for the kind by the core, unregistered, for the callback.
-        let link = NewLink { dev, kind };
+        let link = NewLink { dev, kind, links };
         let made = T::new_link(link, parent_dev, parent_data, rtnl, &attrs);
         // SAFETY: `dev` is valid for the callback and RTNL is held.
         let registered = unsafe { bindings::netdev_is_registered(dev) };

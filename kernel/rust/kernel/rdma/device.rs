@@ -239,6 +239,17 @@ impl Device {
         // SAFETY: Every bit pattern of the union is a valid `raw` byte array.
         Ok(Gid(unsafe { gid.raw }))
     }
+
+    /// Where `gid` is in the GID tables of the device's InfiniBand ports: the first port and
+    /// index that have it, if any (C: `ib_find_gid`; RoCE ports are not searched).
+    pub fn find_gid(&self, gid: &Gid) -> Option<(u32, u16)> {
+        let mut raw = bindings::ib_gid { raw: gid.0 };
+        let (mut port, mut index) = (0u32, 0u16);
+        // SAFETY: The device is valid, and the three pointers are to locals, writable for
+        // the call.
+        let ret = unsafe { bindings::ib_find_gid(self.as_raw(), &mut raw, &mut port, &mut index) };
+        (ret == 0).then_some((port, index))
+    }
 }
 
 /// A registration reference on a [`Device`]: while it exists the device stays registered
