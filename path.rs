@@ -362,7 +362,10 @@ impl Paths {
                         Err(e)
                     }
                 },
-                None => self.resolver.roce_address_handle(pd, gid),
+                None => {
+                    bump(&self.counters.path_lookups, 1);
+                    self.resolver.roce_address_handle(pd, gid)
+                }
             };
             self.enter(ud, gid, made, None);
         }
@@ -380,6 +383,7 @@ impl Paths {
         let answer = Answer::new(Some((owner.clone(), Answered::Path)))?;
         let sgid = self.resolver.sgid.get();
         let query = sa.query_path(&sgid, gid, self.resolver.pkey, answer.clone())?;
+        bump(&self.counters.path_lookups, 1);
         if let Some(slot) = queries.iter_mut().find(|s| s.is_none()) {
             *slot = Some(PendingPath {
                 gid: *gid,

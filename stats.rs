@@ -46,6 +46,9 @@ pub(crate) struct Counters {
     /// Transmit connections closed because their destination stayed idle (as C frees a
     /// connection with its aged neighbour).
     pub(crate) cm_tx_idle_closed: AtomicU64,
+    /// Destinations looked up: path record queries asked of the SA (InfiniBand), address
+    /// handles made from GIDs (RoCE). A destination in use is not looked up again.
+    pub(crate) path_lookups: AtomicU64,
     /// Path record queries that failed or whose path gave no address handle (InfiniBand).
     pub(crate) path_failures: AtomicU64,
     /// Multicast joins the subnet administrator refused or did not answer (InfiniBand).
@@ -77,6 +80,7 @@ pub(crate) const ETHTOOL_STATS: &[&CStr] = &[
     c_str!("tx_timeouts"),
     c_str!("cm_tx_stalled"),
     c_str!("cm_tx_idle_closed"),
+    c_str!("path_lookups"),
     c_str!("path_failures"),
     c_str!("mcast_join_failures"),
 ];
@@ -193,6 +197,7 @@ impl Counters {
             l(&self.tx_timeouts),
             l(&self.cm_tx_stalled),
             l(&self.cm_tx_idle_closed),
+            l(&self.path_lookups),
             l(&self.path_failures),
             l(&self.mcast_join_failures),
         ];

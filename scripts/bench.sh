@@ -88,7 +88,7 @@ run_guests() {
 	run=$(date +%Y%m%d-%H%M%S)-$1
 	IPOIB_RS_RUN=$run IPOIB_RS_VM_TIMEOUT=${IPOIB_RS_VM_TIMEOUT:-$4} \
 		IPOIB_RS_GUEST_ARGS=${5:-${IPOIB_RS_GUEST_ARGS:-}} \
-		"$REPO/scripts/vm.sh" "$2" "$3" || rc=$?
+		"$REPO/scripts/vm.sh" "$2" $3 || rc=$?
 	logs=$OUT/logs/$run
 }
 
@@ -150,13 +150,15 @@ if [ "${1:-}" = --scaling ]; then
 	if [ "${2:-}" = --from ]; then
 		logs=${3:?usage: bench.sh --scaling --from LOGDIR}
 	else
-		run_guests scaling one-host one_host_scaling_bench.sh 1800
+		# The crowd program holds 2000 datagram destinations at once and prints their memory.
+		run_guests scaling one-host "one_host_scaling_bench.sh one_host_crowd.sh" 1800
 	fi
 	lines=$(grep -a '^# # SCALE ' "$logs/host0.results" | sed 's/^# # //' || true)
-	[ -n "$lines" ] || die "no figures in $logs/host0.results"
+	dests=$(grep -a '^# # DESTS ' "$logs/host0.results" | sed 's/^# # //' | tail -n 1 || true)
+	[ -n "$lines" ] && [ -n "$dests" ] || die "no figures in $logs/host0.results"
 	mkdir -p "$dest"
 	echo "$lines" | awk -v json="$dest/scaling.json" -v when="$(date -u +%FT%TZ)" \
-		-v commit="$commit" -v flavour="$IPOIB_RS_FLAVOUR" '
+		-v commit="$commit" -v flavour="$IPOIB_RS_FLAVOUR" -v dests="$dests" '
 	BEGIN { printf "%6s %14s %14s %16s\n", "peers", "Mbit/s total", "memory KiB", "KiB per peer" }
 	{
 		n[++k] = $2; bw[k] = $3; mem[k] = $4
@@ -166,7 +168,9 @@ if [ "${1:-}" = --scaling ]; then
 		printf "{\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"kernel_flavour\": \"%s\",\n  \"figures\": [\n", when, commit, flavour > json
 		for (i = 1; i <= k; i++)
 			printf "    {\"peers\": %d, \"throughput_mbit_s\": %.3f, \"kernel_memory_kib\": %d, \"kernel_memory_kib_per_peer\": %.1f}%s\n", n[i], bw[i], mem[i], mem[i] / n[i], i < k ? "," : "" > json
-		printf "  ]\n}\n" > json
+		split(dests, d, " ")
+		printf "  ],\n  \"destinations\": {\"count\": %d, \"kernel_memory_bytes_per_destination\": %d}\n}\n", d[2], d[3] > json
+		printf "%d datagram destinations held at once: %d bytes of kernel memory each\n", d[2], d[3]
 	}'
 	echo "wrote $dest/scaling.json"
 	echo "logs: $logs"

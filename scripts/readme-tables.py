@@ -248,6 +248,12 @@ def scaling_table(doc):
     for f in doc.get("figures", []):
         rows.append(f"| {f.get('peers')} | {figure(f.get('throughput_mbit_s'))} | "
                     f"{f.get('kernel_memory_kib')} | {figure(f.get('kernel_memory_kib_per_peer'))} |")
+    d = doc.get("destinations")
+    if d:
+        rows += ["",
+                 f"{d.get('count')} datagram destinations held at once (`one_host_crowd.sh`) take "
+                 f"{d.get('kernel_memory_bytes_per_destination')} bytes of kernel memory each: "
+                 "address handle, table entry and the stack's neighbour entry."]
     return rows
 
 

@@ -17,8 +17,9 @@
 # Then 2000 datagram destinations in one burst (udp_burst, IPOIB_RS_CROWD_DESTS; pinned at a
 # real-time priority so that the destinations wait together): each waits in a queue of its
 # own while its handle is made, and what is released beyond the send queue's room waits for
-# its completions. Every datagram is sent, none dropped, a handle is kept for each, and the
-# memory the destinations take is printed per destination.
+# its completions. Every datagram is sent, none dropped, each destination is looked up once
+# (path_lookups) and a handle is kept for each, and the memory the destinations take is
+# printed per destination. A second burst to them all is sent with no lookup.
 . "$(dirname "$0")/lib.sh"
 
 SELFTEST=rdma_rs_selftest
@@ -110,6 +111,8 @@ ip netns del crowd 2>/dev/null
 # destination.
 DESTS=${IPOIB_RS_CROWD_DESTS:-2000}
 dest_ip() { echo "10.77.$((1 + $1 / 200)).$((1 + $1 % 200))"; }
+# burst FIRST LAST: one datagram to each of destinations FIRST..LAST at once.
+burst() { ./udp_burst 9 $(for i in $(seq "$1" "$2"); do dest_ip "$i"; done); }
 many_destinations() {
 	local i tx0 drop0 sent dropped kib0 kib1 wmem
 	echo 1 >"/proc/sys/net/ipv6/conf/$ib_b/disable_ipv6"
@@ -134,24 +137,41 @@ many_destinations() {
 		{ echo "$(ip neigh show dev "$ib_b" nud permanent | wc -l) neighbours made, not $DESTS"; return 1; }
 	wmem=$(cat /proc/sys/net/core/wmem_default)
 	sysctl -qw net.core.wmem_default=$((DESTS * 4096))
-	tx0=$(stat tx_packets) drop0=$(stat tx_dropped) kib0=$(kernel_kib)
-	./udp_burst 9 $(for i in $(seq 0 $((DESTS - 1))); do dest_ip "$i"; done)
-	sysctl -qw net.core.wmem_default="$wmem"
+	tx0=$(stat tx_packets) drop0=$(stat tx_dropped) kib0=$(kernel_kib) look0=$(stat path_lookups)
+	burst 0 $((DESTS - 1))
 	echo "right after the burst: $(($(stat tx_packets) - tx0)) sent, $(stat neighbours) address handles"
 	wait_for $((60 * SLOW)) eval '[ $(($(stat tx_packets) - tx0 + $(stat tx_dropped) - drop0)) -ge $DESTS ]'
 	sleep 1
 	sent=$(($(stat tx_packets) - tx0)) dropped=$(($(stat tx_dropped) - drop0)) kib1=$(kernel_kib)
-	echo "$sent sent, $dropped dropped, $(stat neighbours) address handles;" \
+	looked=$(($(stat path_lookups) - look0))
+	echo "$sent sent, $dropped dropped, $(stat neighbours) address handles, $looked looked up;" \
 		"slab and vmalloc $kib0 -> $kib1 KiB, $(((kib1 - kib0) * 1024 / DESTS)) bytes per destination"
+	# For bench.sh --scaling: the destinations' memory.
+	echo "# DESTS $DESTS $(((kib1 - kib0) * 1024 / DESTS))"
+	# The same destinations again, all in use: sent through their handles, none looked up
+	# again. In bursts of 100, which the send queue and the qdisc take whole (nothing waits
+	# in the driver now: the qdisc would drop what overflows it).
+	tx0=$(stat tx_packets) drop0=$(stat tx_dropped) look0=$(stat path_lookups)
+	for ((i = 0; i < DESTS; i += 100)); do
+		burst "$i" $((i + 99 < DESTS - 1 ? i + 99 : DESTS - 1))
+		wait_for $((10 * SLOW)) eval '[ $(($(stat tx_packets) - tx0 + $(stat tx_dropped) - drop0)) -ge $((i + 100 < DESTS ? i + 100 : DESTS)) ]'
+	done
+	sleep 1
+	resent=$(($(stat tx_packets) - tx0)) redropped=$(($(stat tx_dropped) - drop0))
+	relooked=$(($(stat path_lookups) - look0))
+	sysctl -qw net.core.wmem_default="$wmem"
+	echo "again: $resent sent, $redropped dropped, $relooked looked up"
 	ip addr del 10.77.0.1/16 dev "$ib_b"
 	ip -6 neigh flush dev veth1 nud permanent
-	[ "$sent" = "$DESTS" ] && [ "$dropped" = 0 ] && [ "$(stat neighbours)" -ge "$DESTS" ] || {
+	[ "$sent" = "$DESTS" ] && [ "$dropped" = 0 ] && [ "$(stat neighbours)" -ge "$DESTS" ] &&
+		[ "$looked" = "$DESTS" ] && [ "$resent" = "$DESTS" ] && [ "$redropped" = 0 ] &&
+		[ "$relooked" = 0 ] || {
 		ip neigh show dev "$ib_b" nud all | grep -v PERMANENT
 		ethtool -S "$ib_b" | grep -v ": 0$"
 		return 1
 	}
 }
-ipoib_check "$DESTS destinations in one burst: every datagram sent, none dropped or left waiting; a handle kept for each" \
+ipoib_check "$DESTS destinations in one burst: every datagram sent, none dropped or left waiting; each looked up once, a handle kept for each; sent to again, none looked up again" \
 	many_destinations
 KLOG_MARK=$start_mark
 ipoib_check "unloaded, kernel log clean" eval 'wait_for 10 eval "rmmod $MODULE" && klog_clean_since'
