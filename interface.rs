@@ -303,10 +303,9 @@ impl Interface {
             );
             return Err(EOPNOTSUPP);
         }
+        // The children first: once the GID is taken, the change is not refused.
+        let children = this.children().members(rtnl)?;
         this.take_interface_id(id);
-        let children = this.children().members(rtnl).inspect_err(|e| {
-            pr_warn!("{}: children keep their address ({:?})\n", dev.name(), e);
-        })?;
         for (child, child_dev) in children.iter() {
             child.take_interface_id(id);
             if let Err(e) = child_dev.set_address(rtnl, child.local().as_bytes()) {
@@ -323,9 +322,17 @@ impl Interface {
     }
 
     /// The GID's interface ID of `addr`, asked for with `ip link add ... address` for a
-    /// new child of `parent`: as [`Interface::set_address`] takes it (the flags, QPN and
-    /// prefix are the child's own), checked before the child is made.
-    pub(crate) fn child_address(parent: &NetDevice, addr: &[u8]) -> Result<u64> {
+    /// new child of this interface, whose net_device is `parent`: as
+    /// [`Interface::set_address`] takes it (the flags, QPN and prefix are the child's own),
+    /// checked before the child is made.
+    pub(crate) fn child_address(&self, parent: &NetDevice, addr: &[u8]) -> Result<u64> {
+        if !self.on_infiniband() {
+            pr_info!(
+                "{}: the address of a RoCE port's interface is fixed\n",
+                parent.name()
+            );
+            return Err(EOPNOTSUPP);
+        }
         let id = HwAddr::from_bytes(addr)
             .map_err(|_| EINVAL)?
             .gid()

@@ -205,8 +205,10 @@ impl Ports {
             };
             found = match core::mem::replace(&mut found, Found::None) {
                 Found::None => Found::One(target),
-                // Slaves of one bond stand for it once.
-                Found::One(first) if core::ptr::eq(&*first, &*target) => Found::One(first),
+                // With the address (C's second pass), slaves of one bond stand for it once.
+                Found::One(first) if addr.is_some() && core::ptr::eq(&*first, &*target) => {
+                    Found::One(first)
+                }
                 Found::One(first) | Found::Several(first) => Found::Several(first),
             };
         };

@@ -102,9 +102,9 @@ impl LocalGid {
         } else {
             true
         };
-        self.in_table.store(in_table, Ordering::Release);
         let old_prefix = self.prefix.swap(prefix, Ordering::AcqRel);
         let old_id = self.interface_id.swap(id, Ordering::AcqRel);
+        self.in_table.store(in_table, Ordering::Release);
         old_prefix != prefix || old_id != id
     }
 
@@ -115,6 +115,8 @@ impl LocalGid {
             let mut chosen = self.chosen.lock();
             *chosen = true;
             self.interface_id.store(interface_id, Ordering::Release);
+            // Not known to be in the table until it is read (it may not be readable).
+            self.in_table.store(false, Ordering::Release);
         }
         self.refresh(device, port);
     }

@@ -405,7 +405,7 @@ impl Operations for IpoibNetdev {
         // Without a P_Key the child shares its parent's partition.
         let pkey = attrs.u16(IFLA_IPOIB_PKEY)?.unwrap_or(iface.pkey());
         let address = match link.address()? {
-            Some(addr) => Some(Interface::child_address(parent, addr)?),
+            Some(addr) => Some(iface.child_address(parent, addr)?),
             None => None,
         };
         let (child, dev) =

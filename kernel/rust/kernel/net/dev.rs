@@ -1174,9 +1174,11 @@ impl<T: Operations> Adapter<T> {
 
     /// # Safety
     ///
-    /// As for `open_callback`; called under RTNL, with `sa` a socket address whose
-    /// `sa_data` is followed by room for `addr_len` bytes, all initialised
-    /// (`dev_set_mac_address`).
+    /// As for `open_callback`; called under RTNL (`dev_set_mac_address`), with `sa` a
+    /// socket address whose data holds `addr_len` initialised bytes: netlink's `do_setlink`
+    /// allocates and fills that many, the `SIOCSIFHWADDR` ioctl refuses devices whose
+    /// addresses do not fit its `struct sockaddr`, and in-kernel callers (team, bonding)
+    /// pass a `sockaddr_storage`.
     unsafe extern "C" fn set_address_callback(
         dev: *mut bindings::net_device,
         sa: *mut c_void,
@@ -1195,8 +1197,8 @@ impl<T: Operations> Adapter<T> {
             // SAFETY: `sa` is valid; no reference to its data (`sa_data`, the union after
             // `sa_family`) is made before the slice below.
             let data_ptr = unsafe { core::ptr::addr_of!((*sa).__bindgen_anon_1) }.cast::<u8>();
-            // SAFETY: The core's buffer holds `addr_len` initialised bytes from `sa_data`
-            // on, which nothing writes during the call.
+            // SAFETY: The caller's buffer holds `addr_len` initialised bytes from `sa_data`
+            // on (the safety requirements), which nothing writes during the call.
             let addr = unsafe { core::slice::from_raw_parts(data_ptr, ndev.addr_len()) };
             T::set_address(ndev, data, rtnl, addr)?;
             // SAFETY: The device is valid, RTNL is held, and `addr` has `addr_len` bytes.

@@ -8,8 +8,9 @@ use crate::bindings;
 use core::marker::PhantomData;
 
 /// Evidence that the RCU read-side lock is held: what C protects with RCU may be read, and
-/// stays valid, while the guard exists. Dropping it ends the critical section; the section
-/// must not sleep.
+/// stays valid, while the guard exists. Dropping it ends the critical section. The section
+/// must not sleep: on a kernel without preemptible RCU a sleep would let a grace period end,
+/// and what was read under the guard could be freed while still referenced.
 ///
 /// The guard is neither `Send` nor `Sync`: a critical section ends where it began.
 ///
@@ -26,6 +27,7 @@ use core::marker::PhantomData;
 /// // Read what RCU protects here, without sleeping.
 /// drop(guard);
 /// ```
+#[must_use = "the critical section ends when the guard is dropped"]
 pub struct Guard {
     _not_send: PhantomData<*mut ()>,
 }
@@ -60,6 +62,7 @@ impl Drop for Guard {
 
 /// Enters a read-side critical section, which lasts as long as the returned guard.
 #[inline]
+#[must_use = "the critical section ends when the guard is dropped"]
 pub fn read_lock() -> Guard {
     Guard::new()
 }
