@@ -49,6 +49,10 @@ use kernel::{
     sync::{Arc, Mutex, SpinLockBh},
 };
 
+/// How many times a send-only join is attempted before the packets waiting for it are
+/// dropped (C retries it once, after a backoff).
+const SEND_ONLY_ATTEMPTS: u32 = 2;
+
 /// How a group of the list is held.
 enum Membership {
     /// RoCE: the IP-level join on the Ethernet device (the queue pair is attached too).
@@ -711,6 +715,11 @@ impl Multicast {
             };
             match progress {
                 Progress::Joined(rec) => report.give(*g.mgid(), handle(&rec)),
+                Progress::Failed(_) if g.failures() < SEND_ONLY_ATTEMPTS => {
+                    // Asked again after a backoff, its packets held meanwhile (as in C).
+                    bump(&self.counters.mcast_join_failures, 1);
+                    report.retry(g.retry_at());
+                }
                 Progress::Failed(_) => {
                     // Its packets go; a later packet asks again (as in C).
                     bump(&self.counters.mcast_join_failures, 1);

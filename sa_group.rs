@@ -149,6 +149,11 @@ impl SaGroup {
         self.retry_at = now + backoff.min(BACKOFF_MAX_MS);
     }
 
+    /// How many attempts in a row have failed.
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures
+    }
+
     /// When the next attempt is due, if it waits for one.
     pub(crate) fn retry_at(&self) -> Option<i64> {
         self.membership.is_none().then_some(self.retry_at)

@@ -62,7 +62,8 @@
 # the rest of the kernel, in user space and in all, with the spread over the runs, and the
 # Rust/C ratios; writes bench/results/cost.json (keys cost_<driver>_<mode>_<test>_<host>_<part>
 # and cost_rust_to_c_<mode>_<test>_<host>_<part>, with the commit measured), its table to
-# bench/results/cost.md and the functions that cost most to bench/results/cost-symbols.txt.
+# bench/results/cost.md and the functions that cost most to bench/results/cost-symbols.txt;
+# the hottest blocks of the module's costliest functions, disassembled, to LOGDIR/cost-blocks.txt.
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
@@ -140,8 +141,8 @@ if [ "${1:-}" = --cost ]; then
 	python3 "$REPO/scripts/cost-report.py" --logs "$logs" --build "$KBUILD" \
 		--rust-ko "$(find "$OUT/$FLAVOUR/modroot" -name ib_ipoib.ko | head -n 1)" \
 		--c-ko "$OUT/$FLAVOUR/ipoib-c.ko" --json "$dest/cost.json" --markdown "$dest/cost.md" \
-		--symbols "$dest/cost-symbols.txt" --rustfilt "$TOOLS/bin/rustfilt" \
-		--commit "$commit" \
+		--symbols "$dest/cost-symbols.txt" --blocks "$logs/cost-blocks.txt" \
+		--rustfilt "$TOOLS/bin/rustfilt" --commit "$commit" \
 		--flavour "$IPOIB_RS_FLAVOUR" || rc=1
 	echo "logs: $logs"
 	exit $rc

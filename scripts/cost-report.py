@@ -13,11 +13,14 @@ out of line, and the rust_helper_* C wrappers: in these guests only the driver r
 in rxe (the objects of drivers/infiniband/sw/rxe, built into the kernel), in the rest of
 the kernel, or in user space; the driver's own cost is its module and that Rust code; divides by the window's unit of work; and prints, per driver,
 mode, test and host, the median over the runs with its spread and the Rust/C ratios. It
-writes the figures to a JSON file; with --symbols, also the functions that cost most.
+writes the figures to a JSON file; with --symbols, also the functions that cost most; with
+--blocks, the code blocks that cost most in the module's costliest functions, each with its
+instructions (disassembled from the .ko; relocations name the functions it calls), to see
+which lines of a function to change.
 
 Usage: cost-report.py --logs DIR --build KBUILD --rust-ko KO --c-ko KO --json OUT
                       [--markdown FILE] [--commit C] [--flavour F] [--symbols FILE]
-                      [--rustfilt PATH]
+                      [--blocks FILE] [--rustfilt PATH]
 """
 
 import argparse
@@ -148,6 +151,7 @@ def main():
     ap.add_argument("--flavour", default="")
     ap.add_argument("--markdown")
     ap.add_argument("--symbols")
+    ap.add_argument("--blocks")
     ap.add_argument("--rustfilt")
     a = ap.parse_args()
 
@@ -159,6 +163,8 @@ def main():
     # per[(driver, mode, test, role)] = [{part: insns per unit}] over the runs
     per = defaultdict(list)
     top = defaultdict(lambda: defaultdict(float))
+    # hot[(driver, mode, test, role)][(section index, offset)] = instructions per unit (sum)
+    hot = defaultdict(lambda: defaultdict(float))
     failures, vcpu_lines = [], []
     # A window whose work failed on either host counts on neither: the other's counts are of
     # no work, or of part of it.
@@ -224,6 +230,8 @@ def main():
                         i = bisect.bisect_right(fns, (off, float("inf"), "")) - 1
                         name = fns[i][2] if i >= 0 else "?"
                         top[(drv, mode, test, role, "module")][name] += n / unit
+                    if a.blocks:
+                        hot[(drv, mode, test, role)][(hit[2], addr - hit[0])] += n / unit
                     continue
                 kaddr = addr - offset
                 i = bisect.bisect_right(sym_addrs, kaddr) - 1
@@ -350,7 +358,73 @@ def main():
         with open(a.symbols, "w") as f:
             f.write(text)
         print(f"wrote {a.symbols}")
+    if a.blocks:
+        write_blocks(a, kos, per, hot)
     return 1 if failures else 0
+
+
+def disassembly(ko):
+    """{section index: sorted [(offset, text)]} of the .ko's instructions, relocations
+    (the functions called) appended to the instruction they patch."""
+    index = {name: idx for name, (idx, _) in executable_sections(ko).items()}
+    out, sec = defaultdict(list), None
+    for line in run("llvm-objdump", "-dr", "--no-show-raw-insn", ko).splitlines():
+        m = re.match(r"Disassembly of section (\S+):", line)
+        if m:
+            sec = index.get(m.group(1))
+            continue
+        m = re.match(r"\s+([0-9a-f]+):\s+(R_\S+)\s+(\S+)", line)
+        if m and sec is not None and out[sec]:
+            off, text = out[sec][-1]
+            out[sec][-1] = (off, f"{text}  <{m.group(3)}>")
+            continue
+        m = re.match(r"\s+([0-9a-f]+):\s+(.*)", line)
+        if m and sec is not None:
+            out[sec].append((int(m.group(1), 16), " ".join(m.group(2).split())))
+    return out
+
+
+def write_blocks(a, kos, per, hot):
+    """The hottest blocks of the module's five costliest functions per driver, mode, test
+    and host, each with its first instructions."""
+    kos_path = {"rust": a.rust_ko, "c": a.c_ko}
+    dis = {d: disassembly(k) for d, k in kos_path.items()}
+    lines = []
+    for k in sorted(hot, key=lambda k: (k[1], list(UNITS).index(k[2]), k[3], k[0])):
+        drv, mode, test, role = k
+        n = len(per[k]) or 1
+        functions = kos[drv][1]
+        by_fn = defaultdict(list)
+        for (idx, off), v in hot[k].items():
+            fns = functions.get(idx, [])
+            i = bisect.bisect_right(fns, (off, float("inf"), "")) - 1
+            if i >= 0:
+                by_fn[(idx, fns[i][0], fns[i][2])].append((off, v / n))
+        ranked = sorted(by_fn.items(), key=lambda kv: -sum(v for _, v in kv[1]))
+        lines.append(f"{drv} {mode} {test} {role}: the module's costliest functions, instructions "
+                     f"per {UNITS[test][0]} by block (offset in the function), mean of {n} runs")
+        for (idx, start, name), blocks in ranked[:5]:
+            lines.append(f"  {sum(v for _, v in blocks):8.0f}  {name}")
+            insns = dis[drv].get(idx, [])
+            offs = [o for o, _ in insns]
+            for off, v in sorted(blocks):
+                if v < 1:
+                    continue
+                j = bisect.bisect_left(offs, off)
+                code = [t for _, t in insns[j:j + 12]]
+                # The block's instructions, up to its first branch or call.
+                shown = []
+                for t in code:
+                    shown.append(t)
+                    if t.split()[0].startswith(("j", "call", "ret")):
+                        break
+                lines.append(f"    {v:8.1f}  +{off - start:#06x}  " + " ; ".join(shown))
+    text = "\n".join(lines) + "\n"
+    if a.rustfilt and os.access(a.rustfilt, os.X_OK):
+        text = subprocess.run([a.rustfilt], input=text, capture_output=True, text=True).stdout
+    with open(a.blocks, "w") as f:
+        f.write(text)
+    print(f"wrote {a.blocks}")
 
 
 if __name__ == "__main__":

@@ -210,8 +210,14 @@ no_rc_qps() {
 # ethtool_stat DEV NAME: the counter NAME of `ethtool -S DEV` (empty if absent).
 ethtool_stat() { ethtool -S "$1" 2>/dev/null | awk -v n="$2:" '$1 == n { print $2 }'; }
 
+# snmp_stat PROTO NAME: the counter NAME of PROTO (Ip, Udp, ...) in /proc/net/snmp, found
+# by its name in the header line.
+snmp_stat() {
+	awk -v p="$1:" -v n="$2" '$1 == p { if (c) { print $c; exit } for (i = 2; i <= NF; i++) if ($i == n) c = i }' /proc/net/snmp
+}
+
 # frag_creates: IPv4 fragments this host made so far.
-frag_creates() { awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
+frag_creates() { snmp_stat Ip FragCreates; }
 
 # finish_together SECONDS: the client tells the server (waiting up to SECONDS) that it is
 # done, so neither host tears down while the other still tests.

@@ -139,7 +139,7 @@ ipoib_check "Ethernet MTU changed under rxe: the interfaces follow the port in b
 # Malformed datagrams from a user-space UD queue pair on rxe1 to the interface of rxe0.
 stat_of() { cat "/sys/class/net/$ib_a/statistics/$1"; }
 # IPv4's InHdrErrors, found by its name in the header line of /proc/net/snmp.
-in_hdr_errors() { awk '$1 == "Ip:" { if (col) { print $col; exit } for (i = 2; i <= NF; i++) if ($i == "InHdrErrors") col = i }' /proc/net/snmp; }
+in_hdr_errors() { snmp_stat Ip InHdrErrors; }
 inject() {
 	local kind=$1 qkey=${2:-0x0b1b} sgid
 	sgid=$(gid_index_link_local rxe1) || return 1

@@ -41,12 +41,8 @@ partitions 3
 wait_for 90 ib_port_is ACTIVE || ktap_exit_fail_msg "$role: port not ACTIVE under opensm"
 
 mtu_is() { [ "$(cat /sys/class/net/ib0/mtu)" = "$1" ]; }
-# The IPv4 fragments this host made (busybox's ping cannot forbid fragmenting: a ping
-# crosses whole when none were made for it or its answer).
-frag_creates() {
-	awk '$1 == "Ip:" { if (!c) { for (i = 2; i <= NF; i++) if ($i == "FragCreates") c = i }
-		else print $c }' /proc/net/snmp
-}
+# The IPv4 fragments this host made (frag_creates): busybox's ping cannot forbid
+# fragmenting, so a ping crosses whole when none were made for it or its answer.
 # sm_restart PORT N: the server restarts opensm with the default partition at IB MTU enum
 # N; both hosts meet on PORT once it runs.
 sm_restart() {
