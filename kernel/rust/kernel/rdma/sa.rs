@@ -177,6 +177,11 @@ struct QueryState<T> {
     handler: Arc<T>,
     /// Set by the owner before it cancels: the callback then skips the handler.
     cancelled: AtomicBool,
+    /// Set by the callback before it gives the handler the answer. A query whose answer
+    /// came is never cancelled: a cancel between the SA's matching of the answer and the
+    /// completion of its request would make the SA call the callback a second time (with
+    /// `EINTR`), after the first released the context.
+    answered: AtomicBool,
     /// Set by the callback when it has finished with the handler, before the SA frees the
     /// query. The callback runs in process context, never under this lock's holder.
     #[pin]
@@ -245,6 +250,7 @@ impl<T: PathHandler> PathQuery<T> {
             pin_init!(QueryState {
                 handler,
                 cancelled: AtomicBool::new(false),
+                answered: AtomicBool::new(false),
                 done <- SpinLock::new(false, done.0, done.1),
                 finished <- CondVar::new(finished.0, finished.1),
             }),
@@ -291,7 +297,9 @@ impl<T: PathHandler> Drop for PathQuery<T> {
     fn drop(&mut self) {
         self.state.cancelled.store(true, Ordering::SeqCst);
         let mut done = self.state.done.lock();
-        if !*done {
+        // Dropped once its answer came (the usual case): nothing to cancel, the callback
+        // only has to finish.
+        if !*done && !self.state.answered.load(Ordering::SeqCst) {
             // SAFETY: The callback has not finished (it sets `done` under this lock before
             // returning to the SA, which frees the query only afterwards), so `query` is
             // live and `id` still names it. The call does not sleep.
@@ -314,6 +322,8 @@ unsafe extern "C" fn path_callback<T: PathHandler>(
 ) {
     // SAFETY: The context is the `Arc` given up in `PathQuery::start`; this is its only release.
     let state = unsafe { <Arc<QueryState<T>> as ForeignOwnable>::from_foreign(context) };
+    // Before the handler, which may have the owner drop the query.
+    state.answered.store(true, Ordering::SeqCst);
     if !state.cancelled.load(Ordering::SeqCst) {
         let result = if status == 0 && num_prs > 0 && !resp.is_null() {
             // SAFETY: On success `resp` points to `num_prs` records valid for the call;
