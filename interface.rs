@@ -965,6 +965,9 @@ impl Interface {
         self.ud.flush_work();
         self.stall_work.flush();
         self.paths.drop_all();
+        // Paths are asked for again once up (C: `ipoib_flush_paths` when the interface
+        // goes down), so that a fabric changed meanwhile is seen.
+        self.paths.forget(&self.ud, i64::MAX);
     }
 
     /// Waits for every work item of the interface (once it is unregistered).
