@@ -224,6 +224,14 @@ ipoib_check "$role: the children on 0x8002 ping each other" \
 # join of one logged, joined or failed.
 if [ "$role" = client ]; then
 	mcg_of() { cat "/sys/kernel/debug/ipoib/${1}_mcg" 2>/dev/null; }
+	# full_members_of DEV PKEY: the groups of partition PKEY that DEV's ib*_mcg lists as
+	# joined or asked for as a full member (the multicast list's; a send-only group is one
+	# only sent to, such as the bond's broadcast address, which is its first slave's).
+	full_members_of() {
+		mcg_of "$1" | awk -v p="$2" '
+			/^GID: / { g = ($2 ~ "^ff12:[46]01b:" p ":") ? $2 : ""; next }
+			g != "" && /^  send_only: +no$/ { print g }'
+	}
 	bond_partitions() {
 		local group=ff12:401b:8001:0:0:0:f01:203 s pid fails dbg=/sys/module/ib_ipoib/parameters/mcast_debug_level
 		# A new bond has Ethernet's MTU, which it sets on its slaves: 0x8002's first. The
@@ -257,13 +265,14 @@ if [ "$role" = client ]; then
 			return 1
 		}
 		grep " ib0\.8002 " /proc/net/dev_mcast
-		# ib0.8002 left to act on it: none of 0x8001's groups joined or asked for.
-		! wait_for 5 eval 'mcg_of ib0.8002 | grep -q "GID: ff12:[46]01b:8001:" ||
+		# ib0.8002 left to act on it: none of 0x8001's groups joined or asked for as a
+		# member.
+		! wait_for 5 eval '[ -n "$(full_members_of ib0.8002 8001)" ] ||
 			klog_since | grep -q "ib0\.8002: join.* ff12:[46]01b:8001:"'
 		local joined_none=$?
 		echo 0 >"$dbg"
 		echo "ib0.8002's groups:"
-		mcg_of ib0.8002 | grep "^GID"
+		mcg_of ib0.8002 | grep "^GID\|send_only"
 		echo "ib0.8002's joins:"
 		klog_since | grep "ib0\.8002: join"
 		echo "ib0.8002 mcast_join_failures $fails -> $(stat_of_dev ib0.8002 mcast_join_failures)"
