@@ -33,10 +33,6 @@ void rust_helper_netif_wake_queue(struct net_device *dev)
 	netif_wake_queue(dev);
 }
 
-bool rust_helper_netif_queue_stopped(const struct net_device *dev)
-{
-	return netif_queue_stopped(dev);
-}
 
 void rust_helper_dev_addr_set(struct net_device *dev, const u8 *addr)
 {
@@ -89,10 +85,6 @@ void rust_helper_dev_put(struct net_device *dev)
 	dev_put(dev);
 }
 
-bool rust_helper_napi_schedule(struct napi_struct *n)
-{
-	return napi_schedule(n);
-}
 
 void rust_helper_netif_napi_del(struct napi_struct *napi)
 {
@@ -167,15 +159,7 @@ void rust_helper_in_dev_put(struct in_device *idev)
 	in_dev_put(idev);
 }
 
-void rust_helper_skb_orphan(struct sk_buff *skb)
-{
-	skb_orphan(skb);
-}
 
-void rust_helper_skb_dst_drop(struct sk_buff *skb)
-{
-	skb_dst_drop(skb);
-}
 
 bool rust_helper_netif_is_l3_master(const struct net_device *dev)
 {

@@ -53,6 +53,7 @@ impl WritableParam {
     }
 
     /// The value (it may change at any time).
+    #[inline]
     pub fn get(&self) -> u32 {
         self.0.load(Ordering::Relaxed)
     }

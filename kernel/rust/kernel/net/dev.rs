@@ -157,6 +157,7 @@ impl NetDevice {
     }
 
     /// The length of the device's hardware addresses.
+    #[inline]
     pub fn addr_len(&self) -> usize {
         // SAFETY: The device is valid; `addr_len` is set before registration.
         usize::from(unsafe { (*self.as_raw()).addr_len })
@@ -192,10 +193,17 @@ impl NetDevice {
         unsafe { bindings::netif_wake_queue(self.as_raw()) };
     }
 
-    /// Whether transmission is stopped.
+    /// Whether transmission is stopped (`netif_queue_stopped`: the driver's stop bit of
+    /// the first transmit queue, read without a call).
+    #[inline]
     pub fn queue_stopped(&self) -> bool {
-        // SAFETY: The device is valid.
-        unsafe { bindings::netif_queue_stopped(self.as_raw()) }
+        // SAFETY: The device is valid, with its transmit queues from its allocation on.
+        let queue = unsafe { (*self.as_raw())._tx };
+        let bit = bindings::netdev_queue_state_t___QUEUE_STATE_DRV_XOFF;
+        // SAFETY: `queue` is the device's first transmit queue (above); its state word is
+        // read as `test_bit` reads it, without ordering.
+        let state = unsafe { core::ptr::read_volatile(&raw const (*queue).state) };
+        state & (1 << bit) != 0
     }
 
     /// Hands a received packet to the stack (from any context; queued to the backlog).

@@ -90,12 +90,32 @@ impl NapiHandle {
 
     /// Asks for a poll soon, unless one is pending or the context is disabled. Callable
     /// from any context, interrupts included. Returns whether this call scheduled it.
+    #[inline]
     pub fn schedule(&self) -> bool {
         // SAFETY: The block is alive (we hold a reference); a context not yet added, disabled
         // or deleted has its SCHED bit set, which makes this a no-op, and an added one is
         // on a live device (type invariant of `NapiBlock`).
-        unsafe { bindings::napi_schedule(self.0.as_raw()) }
+        unsafe { schedule(self.0.as_raw()) }
     }
+}
+
+/// Asks for a poll of `napi` soon, as `napi_schedule` (inline in C) does: the call that
+/// claims the context's scheduled bit queues it. Returns whether this call did.
+///
+/// # Safety
+///
+/// `napi` must point to a context whose block is alive and that is added to a live device,
+/// or whose scheduled bit is set (not yet added, disabled or deleted), which makes this a
+/// no-op.
+#[inline]
+unsafe fn schedule(napi: *mut bindings::napi_struct) -> bool {
+    // SAFETY: `napi` is valid (the caller's guarantee).
+    if !unsafe { bindings::napi_schedule_prep(napi) } {
+        return false;
+    }
+    // SAFETY: This call claimed the context, which is now ours to queue.
+    unsafe { bindings::__napi_schedule(napi) };
+    true
 }
 
 /// The NAPI context as seen by a poll function.
@@ -177,9 +197,10 @@ impl Napi {
 
     /// Asks for another poll round (after [`Budget::complete`], when events slipped in
     /// before the interrupt source was re-armed).
+    #[inline]
     pub fn schedule_again(&self) -> bool {
         // SAFETY: The context is being polled, hence added and enabled.
-        unsafe { bindings::napi_schedule(self.0.get()) }
+        unsafe { schedule(self.0.get()) }
     }
 }
 
@@ -222,6 +243,7 @@ impl<'a> Budget<'a> {
     /// `work_done` counts as less than the budget, as completing requires. Returns whether
     /// the context completed: not if it was scheduled again meanwhile (it then keeps
     /// polling), nor in a round of budget 0 (netpoll's), which must not complete.
+    #[inline]
     pub fn complete(self, work_done: u32) -> (Polled, bool) {
         let Some(most) = self.limit.checked_sub(1) else {
             return (Polled(0), false);

@@ -9,7 +9,7 @@ use crate::{
     alloc::Flags,
     bindings,
     error::{code::EINVAL, code::ENOMEM, code::ENOSPC, to_result, Result},
-    ffi::c_int,
+    ffi::{c_int, c_ulong},
     page::{Page, PAGE_SIZE},
 };
 use core::{marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
@@ -614,12 +614,36 @@ impl<O: Ownership> SkBuff<O> {
     /// rather than when the packet is freed, and drops its route. For a device that keeps
     /// packets until their send completes: the socket's limits on what sits below it (TCP
     /// small queues) would otherwise count packets already handed to the hardware.
+    ///
+    /// What `skb_orphan` and `skb_dst_drop` do, without a call for either.
     #[inline]
     pub fn orphan(&mut self) {
-        // SAFETY: By the type invariant the skb is valid and held exclusively by us.
-        unsafe { bindings::skb_orphan(self.raw()) };
-        // SAFETY: The skb is valid and ours alone: its route reference is ours to drop.
-        unsafe { bindings::skb_dst_drop(self.raw()) };
+        let skb = self.raw();
+        // SAFETY: By the type invariant the skb is valid and held exclusively by us. The
+        // union's member in use is the route and the destructor: the other is a TCP
+        // socket's queue anchor, and the skb left that queue before it came to a device.
+        let owner = unsafe { &raw mut (*skb).__bindgen_anon_3.__bindgen_anon_1 };
+        // SAFETY: `owner` is valid (above).
+        if let Some(destructor) = unsafe { (*owner).destructor } {
+            // SAFETY: The destructor its socket set, called once on the skb it was set for,
+            // as `skb_orphan` calls it: with the skb still naming it.
+            unsafe { destructor(skb) };
+            // SAFETY: As above; the socket is forgotten with its destructor.
+            unsafe {
+                (*owner).destructor = None;
+                (*skb).sk = core::ptr::null_mut();
+            }
+        }
+        // SAFETY: `owner` is valid (above).
+        let route = unsafe { core::mem::take(&mut (*owner)._skb_refdst) };
+        let noref = bindings::SKB_DST_NOREF as c_ulong;
+        if route != 0 && route & noref == 0 {
+            // A counted route (the low bit flags one not counted): its address, and the
+            // skb's reference, now ours to drop.
+            let dst = (route & !noref) as *mut bindings::dst_entry;
+            // SAFETY: `dst` is a route the skb held a reference to, given up here.
+            unsafe { bindings::dst_release(dst) };
+        }
     }
 }
 
