@@ -483,8 +483,7 @@ impl TxConnection {
                         match wc.status() {
                             WcStatus::Success => {
                                 if let Some(sent) = sent {
-                                    tally.sent(&sent);
-                                    sent.consume();
+                                    tally.sent(sent);
                                     active = true;
                                 }
                             }

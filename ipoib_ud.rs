@@ -406,32 +406,32 @@ impl UdDatapath {
         loop {
             let n = self.send_cq.poll(wcs).unwrap_or(0);
             for wc in &mut wcs[..n] {
-                if let Some(sent) = self.qp.complete_send(wc) {
-                    crate::params::ipoib_dbg_data!(
-                        "{}: send completion, status {:?}\n",
-                        self.log_name,
-                        wc.status()
-                    );
-                    self.sends_done.fetch_add(1, Ordering::Relaxed);
-                    self.credits.give(1);
-                    match wc.status() {
-                        WcStatus::Success => {
-                            tally.sent(&sent);
-                            sent.consume();
-                        }
-                        // Failed or flushed: either way the queue pair may have failed,
-                        // have it checked. The packet is freed as a drop.
-                        status => {
-                            let c = &self.counters;
-                            let counter = match status {
-                                WcStatus::Error(_) => &c.tx_errors,
-                                _ => &c.tx_dropped,
-                            };
-                            bump(counter, 1);
-                            self.recovery_due.store(true, Ordering::Relaxed);
-                        }
+                let status = wc.status();
+                let Some(sent) = self.qp.complete_send(wc) else {
+                    continue;
+                };
+                self.sends_done.fetch_add(1, Ordering::Relaxed);
+                self.credits.give(1);
+                match status {
+                    WcStatus::Success => tally.sent(sent),
+                    // Failed or flushed: either way the queue pair may have failed, have
+                    // it checked. The packet is freed as a drop.
+                    status => {
+                        drop(sent);
+                        let c = &self.counters;
+                        let counter = match status {
+                            WcStatus::Error(_) => &c.tx_errors,
+                            _ => &c.tx_dropped,
+                        };
+                        bump(counter, 1);
+                        self.recovery_due.store(true, Ordering::Relaxed);
                     }
                 }
+                crate::params::ipoib_dbg_data!(
+                    "{}: send completion, status {:?}\n",
+                    self.log_name,
+                    status
+                );
             }
             if n < POLL_BATCH {
                 break;

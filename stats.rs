@@ -133,14 +133,18 @@ impl<'a> Tally<'a> {
         self.rx_bytes += u64::from(len);
     }
 
-    /// Counts a packet whose send completed successfully: a packet is sent when the device
-    /// says so, not when it is posted (a failed completion counts as an error only). Its
-    /// bytes are those after the pseudo header, as the C driver counts them.
+    /// Counts a packet whose send completed successfully, and frees it: a packet is sent
+    /// when the device says so, not when it is posted (a failed completion counts as an
+    /// error only). Its bytes are those after the pseudo header, as the C driver counts them.
     #[inline]
-    pub(crate) fn sent(&mut self, sent: &Sent) {
-        if let Sent::Skb(skb) = sent {
-            self.tx_packets += 1;
-            self.tx_bytes += u64::from(skb.len().saturating_sub(HWADDR_LEN as u32));
+    pub(crate) fn sent(&mut self, sent: Sent) {
+        match sent {
+            Sent::Skb(skb) => {
+                self.tx_packets += 1;
+                self.tx_bytes += u64::from(skb.len().saturating_sub(HWADDR_LEN as u32));
+                skb.consume();
+            }
+            other => other.consume(),
         }
     }
 }

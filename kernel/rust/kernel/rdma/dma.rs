@@ -6,7 +6,7 @@
 
 use super::device::{Device, DeviceRef};
 use crate::{
-    alloc::{Flags, KVec},
+    alloc::{Flags, KBox, KVec},
     bindings,
     error::{
         code::{EINVAL, ENOMEM},
@@ -168,11 +168,18 @@ unsafe fn sync(
 /// queue pairs take buffers by value while the device may access them, and hand them back
 /// synchronised for the CPU, so CPU and device never touch the bytes at the same time.
 ///
+/// The buffer and its mapping are kept in an allocation of their own, so that a
+/// `DmaBuffer` is one pointer: what a completed send gives back ([`super::qp::Sent`]) then
+/// moves in registers.
+pub struct DmaBuffer(KBox<MappedBuffer>);
+
+/// The bytes of a [`DmaBuffer`] and their mapping.
+///
 /// # Invariants
 ///
 /// `addr` is the mapping of all of `buf` (`buf.len()` bytes) for `dir` on `device`, made by
 /// `ib_dma_map_single`; outside queue pairs the buffer is synchronised for the CPU.
-pub struct DmaBuffer {
+struct MappedBuffer {
     buf: KVec<u8>,
     addr: u64,
     dir: DmaDirection,
@@ -193,12 +200,14 @@ impl DmaBuffer {
         let addr = unsafe { map_single(device.as_raw(), buf.as_mut_ptr(), size, dir) }?;
         // INVARIANT: `addr` maps all of `buf` for `dir`; a fresh mapping is synchronised for
         // the CPU below.
-        let this = Self {
+        let mapped = MappedBuffer {
             buf,
             addr,
             dir,
             device,
         };
+        // A mapping not kept is released by `MappedBuffer::drop`.
+        let this = Self(KBox::new(mapped, flags)?);
         this.sync_for_cpu();
         Ok(this)
     }
@@ -206,53 +215,53 @@ impl DmaBuffer {
     /// The size of the buffer in bytes.
     #[inline]
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.0.buf.len()
     }
 
     /// Whether the buffer has no bytes.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.0.buf.is_empty()
     }
 
     /// The bytes, for the CPU.
     #[inline]
     pub fn as_slice(&self) -> &[u8] {
-        self.buf.as_slice()
+        self.0.buf.as_slice()
     }
 
     /// The bytes, for the CPU to fill.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.buf.as_mut_slice()
+        self.0.buf.as_mut_slice()
     }
 
     /// The device address of the first byte.
     #[inline]
     pub(crate) fn dma_addr(&self) -> u64 {
-        self.addr
+        self.0.addr
     }
 
     /// Whether `device` may use the buffer: mapped on it, for the device to write it
     /// (`device_writes`: a receive) or to read it (a send).
     #[inline]
     pub(crate) fn usable_by(&self, device: &Device, device_writes: bool) -> bool {
-        let allowed = match self.dir {
+        let allowed = match self.0.dir {
             DmaDirection::Bidirectional => true,
             DmaDirection::FromDevice => device_writes,
             DmaDirection::ToDevice => !device_writes,
         };
-        allowed && self.device.as_raw() == device.as_raw()
+        allowed && self.0.device.as_raw() == device.as_raw()
     }
 
     /// Hands the bytes to the device (before posting).
     #[inline]
     pub(crate) fn sync_for_device(&self) {
-        // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
+        // SAFETY: By `MappedBuffer`'s invariant `addr` maps `len()` bytes for `dir` on `device`.
         unsafe {
             sync(
-                self.device.as_raw(),
-                self.addr,
-                self.buf.len(),
-                self.dir,
+                self.0.device.as_raw(),
+                self.0.addr,
+                self.0.buf.len(),
+                self.0.dir,
                 true,
             )
         };
@@ -261,20 +270,20 @@ impl DmaBuffer {
     /// Takes the bytes back for the CPU (after completion).
     #[inline]
     pub(crate) fn sync_for_cpu(&self) {
-        // SAFETY: By the type invariant `addr` maps `len()` bytes for `dir` on `device`.
+        // SAFETY: By `MappedBuffer`'s invariant `addr` maps `len()` bytes for `dir` on `device`.
         unsafe {
             sync(
-                self.device.as_raw(),
-                self.addr,
-                self.buf.len(),
-                self.dir,
+                self.0.device.as_raw(),
+                self.0.addr,
+                self.0.buf.len(),
+                self.0.dir,
                 false,
             )
         };
     }
 }
 
-impl Drop for DmaBuffer {
+impl Drop for MappedBuffer {
     fn drop(&mut self) {
         // SAFETY: By the type invariant the mapping exists and is released only here, before
         // `buf` is freed (fields drop after this body).
