@@ -173,6 +173,42 @@ struct SendSlot {
     _ah: Option<Arc<AddressHandle>>,
 }
 
+/// What sends are posted with, kept under the queue pair's posting lock: the resets under
+/// way, and a work request with room for its scatter/gather entries whose fields that do not
+/// change from send to send are set once (C keeps such a request per interface too). A post
+/// fills in the rest and hands the request to the device, which reads it during the call
+/// only.
+///
+/// # Invariants
+///
+/// The pointers in `wr` are read by the device only during a post, made under the lock,
+/// and set by that post: the request's entries in `sges` and the address handle the send
+/// goes through.
+struct Poster {
+    /// Resets under way, during which sends are refused.
+    resets: u32,
+    wr: bindings::ib_ud_wr,
+    sges: [MaybeUninit<bindings::ib_sge>; MAX_SKB_SEGMENTS],
+}
+
+// SAFETY: The pointers `wr` holds are only meaningful during a post on the CPU that made it
+// (type invariant); between posts they are stale and never dereferenced.
+unsafe impl Send for Poster {}
+
+impl Poster {
+    fn new() -> Self {
+        // SAFETY: All-zero is a valid `ib_ud_wr`: no next request, no header, P_Key index 0.
+        let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
+        wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+        wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
+        Self {
+            resets: 0,
+            wr,
+            sges: [const { MaybeUninit::uninit() }; MAX_SKB_SEGMENTS],
+        }
+    }
+}
+
 /// The transport of a queue pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpType {
@@ -614,10 +650,10 @@ pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     qp_type: QpType,
     /// Scatter/gather entries a send may have, as the device granted.
     max_send_sge: usize,
-    /// Resets under way, during which sends are refused; held across each `ib_post_send`,
-    /// so that no send overlaps a reset.
+    /// Resets under way and the request sends are posted with; held across each
+    /// `ib_post_send`, so that no send overlaps a reset.
     #[pin]
-    posting: SpinLockBh<u32>,
+    posting: SpinLockBh<Poster>,
     /// The same for receives, held across each `ib_post_recv`: a receive being posted
     /// while a reset hands the buffers back would leave the device a buffer given back.
     #[pin]
@@ -793,7 +829,7 @@ impl<B: RecvBuffer> QueuePair<B> {
                 .min(MAX_SKB_SEGMENTS),
             posting <- {
                 let [(name, key), _, _] = qp_lock_classes();
-                SpinLockBh::new(0, name, key)
+                SpinLockBh::new(Poster::new(), name, key)
             },
             recv_posting <- {
                 let [_, (name, key), _] = qp_lock_classes();
@@ -936,15 +972,16 @@ impl<B: RecvBuffer> QueuePair<B> {
     pub fn reset(&self, send_back: impl FnMut(Sent), recv_back: impl FnMut(B)) -> Result {
         // No post runs from here on until the buffers are back: one could otherwise queue a
         // request to the device beside the reset, with memory handed back below.
-        for lock in [&self.posting, &self.recv_posting] {
-            let mut resets = lock.lock();
-            *resets = resets.saturating_add(1);
-        }
+        let count = |delta: fn(u32) -> u32| {
+            let mut poster = self.posting.lock();
+            poster.resets = delta(poster.resets);
+            drop(poster);
+            let mut resets = self.recv_posting.lock();
+            *resets = delta(*resets);
+        };
+        count(|n| n.saturating_add(1));
         let done = self.reset_posts_held(send_back, recv_back);
-        for lock in [&self.posting, &self.recv_posting] {
-            let mut resets = lock.lock();
-            *resets = resets.saturating_sub(1);
-        }
+        count(|n| n.saturating_sub(1));
         done
     }
 
@@ -1071,7 +1108,7 @@ impl<B: RecvBuffer> QueuePair<B> {
             Ok(l) if len <= buf.len() && buf.usable_by(self.pd.device(), false) => l,
             _ => return Err(EINVAL),
         };
-        self.post_wr::<1>(
+        self.post_wr(
             || Payload::Buffer {
                 buf: Some(buf),
                 len,
@@ -1092,8 +1129,6 @@ impl<B: RecvBuffer> QueuePair<B> {
         }
         // `SkbMapping::map` refuses an offset past the linear part (the skb is freed then).
         let device = self.pd.device().as_raw();
-        // Most packets are one segment: their request is built without room for the most.
-        let one = SkbMapping::segments(&skb, offset) <= 1;
         let payload = || {
             // SAFETY: The protection domain holds a reference to the device, and this object
             // holds the domain until after its send slots, where the mapping lives and from
@@ -1101,21 +1136,16 @@ impl<B: RecvBuffer> QueuePair<B> {
             // (fields drop in declaration order).
             Payload::Skb(unsafe { SkbMapping::new(device, skb, offset) })
         };
-        if one {
-            self.post_wr::<1>(payload, ud)
-        } else {
-            self.post_wr::<MAX_SKB_SEGMENTS>(payload, ud)
-        }
+        self.post_wr(payload, ud)
     }
 
-    /// Posts a signalled send of what `payload` makes, in at most `N` segments. The payload
-    /// is made in the request's slot, before the device sees the request, so that its
-    /// completion finds it whenever it comes; it is mapped there, never moved. A request
-    /// that cannot be posted has its payload freed (`EINVAL` for an address handle of
-    /// another protection domain, or while the queue pair is being reset; `ENOSPC` when
-    /// every slot is in use).
+    /// Posts a signalled send of what `payload` makes. The payload is made in the request's
+    /// slot, before the device sees the request, so that its completion finds it whenever it
+    /// comes; it is mapped there, never moved. A request that cannot be posted has its
+    /// payload freed (`EINVAL` for an address handle of another protection domain, or while
+    /// the queue pair is being reset; `ENOSPC` when every slot is in use).
     #[inline]
-    fn post_wr<const N: usize>(
+    fn post_wr(
         &self,
         payload: impl FnOnce() -> Payload,
         ud: Option<(&Arc<AddressHandle>, u32, u32)>,
@@ -1129,55 +1159,45 @@ impl<B: RecvBuffer> QueuePair<B> {
         let Some(post_send) = (unsafe { (*(*qp).device).ops.post_send }) else {
             return Err(EOPNOTSUPP);
         };
-        // Only the entries the payload has are written (`Payload::map`).
-        let mut sges = [const { MaybeUninit::<bindings::ib_sge>::uninit() }; N];
-        let limit = N.min(self.max_send_sge);
         let lkey = self.pd.local_dma_lkey();
-        let posting = self.posting.lock();
-        let claim = if *posting == 0 {
+        let mut poster = self.posting.lock();
+        let claim = if poster.resets == 0 {
             self.send.claim()
         } else {
             None
         };
         let Some(claim) = claim else {
-            let e = if *posting == 0 { ENOSPC } else { EINVAL };
+            let e = if poster.resets == 0 { ENOSPC } else { EINVAL };
             // The payload, never made, is freed with no lock held.
-            drop(posting);
+            drop(poster);
             drop(payload);
             return Err(e);
         };
+        let Poster { wr, sges, .. } = &mut *poster;
+        // Only the entries the payload has are written (`Payload::map`).
+        let limit = self.max_send_sge.min(sges.len());
+        let sges = &mut sges[..limit];
         let filled = claim.fill_with(|place| {
             let slot = place.insert(SendSlot {
                 payload: payload(),
                 _ah: ud.map(|(ah, _, _)| ah.clone()),
             });
-            slot.payload.map(lkey, sges.get_mut(..limit).ok_or(EINVAL)?)
+            slot.payload.map(lkey, sges)
         });
         let (wr_id, num_sge) = match filled {
             Ok((wr_id, n)) => (wr_id, n),
             Err((e, refused)) => {
                 // A refused payload is freed with no lock held.
-                drop(posting);
+                drop(poster);
                 drop(refused);
                 return Err(e);
             }
         };
-        if num_sge > limit {
-            // More entries than there is room for were counted: never posted.
-            let refused = self.send.take(wr_id);
-            drop(posting);
-            drop(refused);
-            return Err(EINVAL);
-        }
-        // SAFETY: All-zero is a valid `ib_ud_wr`.
-        let mut wr: bindings::ib_ud_wr = unsafe { core::mem::zeroed() };
         wr.wr.__bindgen_anon_1.wr_id = wr_id;
         // The first `num_sge` entries, written by the payload's mapping.
         wr.wr.sg_list = sges.as_mut_ptr().cast();
-        // At most `N` entries, a small constant.
+        // At most `MAX_SKB_SEGMENTS` entries, a small constant.
         wr.wr.num_sge = num_sge as c_int;
-        wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
-        wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         if let Some((ah, remote_qpn, remote_qkey)) = ud {
             wr.ah = ah.as_raw();
             wr.remote_qpn = remote_qpn;
@@ -1185,17 +1205,18 @@ impl<B: RecvBuffer> QueuePair<B> {
         }
         let mut bad = core::ptr::null();
         // SAFETY: `qp` is valid; `wr` (whose first member is the generic request, the only
-        // part an RC queue pair reads) and the first `num_sge` entries of `sges` (written by
-        // `Payload::map`, which returned their number) are valid for the call; the memory they
-        // describe is owned by the payload in the request's slot, with the address handle,
-        // which only this request's completion takes out (no reset runs while `posting` is
-        // held), or the failure below. Called as `ib_post_send` (inline in C) calls it.
+        // part an RC queue pair reads; the rest was set at creation) and the first `num_sge`
+        // entries of `sges` (written by `Payload::map`, which returned their number, no more
+        // than the slice holds) are valid for the call; the memory they describe is owned by
+        // the payload in the request's slot, with the address handle, which only this
+        // request's completion takes out (no reset runs while `posting` is held), or the
+        // failure below. Called as `ib_post_send` (inline in C) calls it.
         let ret = unsafe { post_send(qp, &wr.wr, &mut bad) };
         if ret != 0 {
             // Not posted: no completion names the slot, and no reset runs, so it still
             // holds the payload.
             let refused = self.send.take(wr_id);
-            drop(posting);
+            drop(poster);
             drop(refused);
             return to_result(ret);
         }
