@@ -212,11 +212,12 @@ impl Operations for IpoibNetdev {
         ethertype: u16,
         daddr: Option<&[u8]>,
     ) -> Result<u32> {
-        let dest = HwAddr::from_bytes(daddr.ok_or(EINVAL)?).map_err(|_| EINVAL)?;
+        // A hardware address is 20 bytes; transmit parses it.
+        let dest = daddr.filter(|d| d.len() == HWADDR_LEN).ok_or(EINVAL)?;
         // The destination rides in front of the encapsulation header as a pseudo header,
         // read back by transmit: both pushed at once.
         let (pseudo, encap) = skb.push(HARD_HEADER_LEN as u32)?.split_at_mut(HWADDR_LEN);
-        pseudo.copy_from_slice(dest.as_bytes());
+        pseudo.copy_from_slice(dest);
         encap.copy_from_slice(&EncapHeader { ethertype }.to_bytes());
         Ok(HARD_HEADER_LEN as u32)
     }
