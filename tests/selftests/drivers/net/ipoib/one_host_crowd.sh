@@ -115,6 +115,7 @@ dest_ip() { echo "10.77.$((1 + $1 / 200)).$((1 + $1 % 200))"; }
 burst() { ./udp_burst 9 $(for i in $(seq "$1" "$2"); do dest_ip "$i"; done); }
 many_destinations() {
 	local i tx0 drop0 sent dropped kib0 kib1 wmem gc look0 looked resent redropped relooked
+	local qlen sndbuf0 sndbuf
 	echo 1 >"/proc/sys/net/ipv6/conf/$ib_b/disable_ipv6"
 	# Only the burst may reach the driver while it is counted: the ping above left a
 	# neighbour entry for ib_a's address that would be probed (three unicast ARP requests)
@@ -141,14 +142,22 @@ many_destinations() {
 	# reaches it, however slow the kernel.
 	gc=$(cat /proc/sys/net/ipv4/neigh/default/gc_interval)
 	sysctl -qw net.ipv4.neigh.default.gc_interval=600
+	# The interface's queue (the qdisc) takes the whole burst: once handles are made their
+	# sends fill the send queue and stop it, maybe while the burst still comes, and a qdisc
+	# of the usual length would drop the rest (counted by UDP as send-buffer errors, by no
+	# driver).
+	qlen=$(cat "/sys/class/net/$ib_b/tx_queue_len")
+	ip link set dev "$ib_b" txqueuelen $((2 * DESTS)) || return 1
+	sndbuf0=$(snmp_stat Udp SndbufErrors)
 	tx0=$(stat tx_packets) drop0=$(stat tx_dropped) kib0=$(kernel_kib) look0=$(stat path_lookups)
 	burst 0 $((DESTS - 1))
 	echo "right after the burst: $(($(stat tx_packets) - tx0)) sent, $(stat neighbours) address handles"
 	wait_for $((60 * SLOW)) eval '[ $(($(stat tx_packets) - tx0 + $(stat tx_dropped) - drop0)) -ge $DESTS ]'
 	sleep 1
 	sent=$(($(stat tx_packets) - tx0)) dropped=$(($(stat tx_dropped) - drop0)) kib1=$(kernel_kib)
-	looked=$(($(stat path_lookups) - look0))
-	echo "$sent sent, $dropped dropped, $(stat neighbours) address handles, $looked looked up;" \
+	looked=$(($(stat path_lookups) - look0)) sndbuf=$(($(snmp_stat Udp SndbufErrors) - sndbuf0))
+	echo "$sent sent, $dropped dropped ($sndbuf before the driver)," \
+		"$(stat neighbours) address handles, $looked looked up;" \
 		"slab and vmalloc $kib0 -> $kib1 KiB, $(((kib1 - kib0) * 1024 / DESTS)) bytes per destination"
 	# For bench.sh --scaling: the destinations' memory.
 	echo "# DESTS $DESTS $(((kib1 - kib0) * 1024 / DESTS))"
@@ -164,10 +173,12 @@ many_destinations() {
 	resent=$(($(stat tx_packets) - tx0)) redropped=$(($(stat tx_dropped) - drop0))
 	relooked=$(($(stat path_lookups) - look0))
 	sysctl -qw net.core.wmem_default="$wmem" net.ipv4.neigh.default.gc_interval="$gc"
+	ip link set dev "$ib_b" txqueuelen "$qlen"
 	echo "again: $resent sent, $redropped dropped, $relooked looked up"
 	ip addr del 10.77.0.1/16 dev "$ib_b"
 	ip -6 neigh flush dev veth1 nud permanent
-	[ "$sent" = "$DESTS" ] && [ "$dropped" = 0 ] && [ "$(stat neighbours)" -ge "$DESTS" ] &&
+	[ "$sent" = "$DESTS" ] && [ "$dropped" = 0 ] && [ "$sndbuf" = 0 ] &&
+		[ "$(stat neighbours)" -ge "$DESTS" ] &&
 		[ "$looked" = "$DESTS" ] && [ "$resent" = "$DESTS" ] && [ "$redropped" = 0 ] &&
 		[ "$relooked" = 0 ] || {
 		ip neigh show dev "$ib_b" nud all | grep -v PERMANENT
