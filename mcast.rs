@@ -262,8 +262,9 @@ struct SaGroups {
     /// Groups sent to without joining them fully, by GID: as many as are sent to, each
     /// left once nothing is sent to it (C: reaped with their neighbours).
     send_only: RBTree<[u8; 16], SaGroup>,
-    /// Groups the paths asked handles for since the last run of the work item.
-    requested: KVec<Gid>,
+    /// Groups the paths asked handles for since the last run of the work item, by GID (a
+    /// burst may ask for thousands).
+    requested: RBTree<[u8; 16], ()>,
 }
 
 /// What a run of the multicast work item tells the interface.
@@ -373,7 +374,7 @@ impl Multicast {
                 SaGroups {
                     broadcast: None,
                     send_only: RBTree::new(),
-                    requested: KVec::new(),
+                    requested: RBTree::new(),
                 },
                 "Multicast::sa_groups"
             ),
@@ -472,10 +473,16 @@ impl Multicast {
     /// it is joined already. Returns whether the work item must run.
     pub(crate) fn request_send(&self, mgid: &Gid) -> bool {
         let mut sa = self.sa_groups.lock();
-        if sa.requested.contains(mgid) {
+        if sa.requested.get(&mgid.0).is_some() {
             return false;
         }
-        sa.requested.push(*mgid, GFP_KERNEL).is_ok()
+        match RBTreeNode::new(mgid.0, (), GFP_KERNEL) {
+            Ok(node) => {
+                sa.requested.insert(node);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Joins and leaves groups with `qp` on `port` of `device` as the multicast list asks
@@ -536,11 +543,7 @@ impl Multicast {
         let Some(bcast) = groups.broadcast.as_mut() else {
             return report;
         };
-        let _ = bcast.ask(
-            &sa.sa,
-            &sa.record(&self.broadcast, JoinState::FullMember),
-            now,
-        );
+        let _ = bcast.ask(&sa.sa, |mgid| sa.record(mgid, JoinState::FullMember), now);
         match bcast.take_answer(qp, now) {
             Progress::Joined(rec) => {
                 match AhAttr::from_mcmember(device, port, &rec)
@@ -625,10 +628,11 @@ impl Multicast {
             pr_warn!("{}: multicast list not synced ({e:?})\n", self.log_name);
         }
         self.groups.for_each_sa(|g| {
-            let rec = sa
-                .record(g.mgid(), JoinState::FullMember)
-                .with_group_params(params);
-            let _ = g.ask(&sa.sa, &rec, now);
+            let rec = |mgid: &Gid| {
+                sa.record(mgid, JoinState::FullMember)
+                    .with_group_params(params)
+            };
+            let _ = g.ask(&sa.sa, rec, now);
             match g.take_answer(qp, now) {
                 Progress::Joined(_) => crate::params::ipoib_dbg_mcast!(
                     "{}: joined multicast group {}\n",
@@ -671,7 +675,8 @@ impl Multicast {
             AhAttr::from_mcmember(device, port, rec).and_then(|attr| AddressHandle::new(pd, &attr))
         };
         self.leave_unused_send_only(qp, &requested, sent_to);
-        for mgid in requested.iter() {
+        for key in requested.keys() {
+            let mgid = &Gid(*key);
             let mut joined = None;
             self.groups.for_each_sa(|g| {
                 if g.mgid() == mgid {
@@ -703,12 +708,14 @@ impl Multicast {
             }
         }
         let mut failed = KVec::new();
+        let mut last_error = None;
         let mut groups = self.sa_groups.lock();
         for g in groups.send_only.values_mut() {
-            let rec = sa
-                .record(g.mgid(), JoinState::SendOnlyFullMember)
-                .with_group_params(params);
-            let asked = g.ask(&sa.sa, &rec, now);
+            let rec = |mgid: &Gid| {
+                sa.record(mgid, JoinState::SendOnlyFullMember)
+                    .with_group_params(params)
+            };
+            let asked = g.ask(&sa.sa, rec, now);
             let progress = match asked {
                 Ok(()) => g.take_answer(qp, now),
                 Err(e) => Progress::Failed(e),
@@ -720,9 +727,10 @@ impl Multicast {
                     bump(&self.counters.mcast_join_failures, 1);
                     report.retry(g.retry_at());
                 }
-                Progress::Failed(_) => {
+                Progress::Failed(e) => {
                     // Its packets go; a later packet asks again (as in C).
                     bump(&self.counters.mcast_join_failures, 1);
+                    last_error = Some((*g.mgid(), e));
                     g.leave(qp);
                     let _ = report.unreachable.push(*g.mgid(), GFP_KERNEL);
                     let _ = failed.push(*g.mgid(), GFP_KERNEL);
@@ -733,6 +741,16 @@ impl Multicast {
         for mgid in failed.iter() {
             groups.send_only.remove(&mgid.0);
         }
+        if let Some((mgid, e)) = last_error {
+            // One line per run, however many groups failed (C logs each, up to 20 times).
+            pr_info!(
+                "{}: {} send-only joins failed again, their packets dropped (the last: {}, {:?})\n",
+                self.log_name,
+                failed.len(),
+                GidText(&mgid.0),
+                e
+            );
+        }
     }
 
     /// Leaves the send-only groups joined that nothing is sent to any more: no handle in the
@@ -740,13 +758,13 @@ impl Multicast {
     fn leave_unused_send_only(
         &self,
         qp: &QueuePair<impl RecvBuffer>,
-        requested: &[Gid],
+        requested: &RBTree<[u8; 16], ()>,
         sent_to: &dyn Fn(&Gid) -> bool,
     ) {
         let mut groups = self.sa_groups.lock();
         let mut unused = KVec::new();
         for g in groups.send_only.values() {
-            if g.record().is_some() && !requested.contains(g.mgid()) && !sent_to(g.mgid()) {
+            if g.record().is_some() && requested.get(&g.mgid().0).is_none() && !sent_to(g.mgid()) {
                 if unused.push(*g.mgid(), GFP_KERNEL).is_err() {
                     // The rest go with the next run.
                     break;
@@ -840,7 +858,7 @@ impl Multicast {
         *self.bcast_ah.lock() = None;
         let taken = {
             let mut groups = self.sa_groups.lock();
-            groups.requested = KVec::new();
+            groups.requested = RBTree::new();
             (
                 groups.broadcast.take(),
                 core::mem::take(&mut groups.send_only),

@@ -32,6 +32,7 @@ use kernel::{
     net::{dev::NetDevice, skb::SkBuff},
     new_mutex, new_spinlock_bh,
     prelude::*,
+    rbtree::{RBTree, RBTreeNodeReservation},
     rdma::{
         ah::{AddressHandle, AhAttr},
         cm::{GidAttr, PathRecord},
@@ -108,9 +109,8 @@ impl PathResolver {
     }
 }
 
-/// A path record query under way for a destination.
+/// A path record query under way for a destination (its GID is the key it is kept by).
 struct PendingPath {
-    gid: Gid,
     answer: Arc<Answer<PathRecord>>,
     _query: PathLookup,
 }
@@ -140,10 +140,11 @@ pub(crate) struct Paths {
     /// their paths are queried again (InfiniBand); taken from the transmit path.
     #[pin]
     stale: SpinLockBh<KVec<Gid>>,
-    /// Path queries under way (InfiniBand), at most one per held destination; only the
-    /// resolve work item and `stop` take the lock.
+    /// Path queries under way (InfiniBand) by destination, at most one each, so that
+    /// thousands waiting at once cost a lookup, not a walk, per packet held (C keeps its
+    /// paths in a tree too); only the resolve work item and `stop` take the lock.
     #[pin]
-    queries: Mutex<KVec<Option<PendingPath>>>,
+    queries: Mutex<RBTree<[u8; 16], PendingPath>>,
     counters: Arc<Counters>,
 }
 
@@ -164,7 +165,7 @@ impl Paths {
             held_count: AtomicUsize::new(0),
             held_ready: AtomicBool::new(false),
             stale <- new_spinlock_bh!(KVec::new(), "Paths::stale"),
-            queries <- new_mutex!(KVec::new(), "Paths::queries"),
+            queries <- new_mutex!(RBTree::new(), "Paths::queries"),
             counters,
         }))
     }
@@ -374,41 +375,44 @@ impl Paths {
     /// Starts a path query for `gid` unless one is under way.
     fn ask(&self, sa: &SaPort, gid: &Gid, owner: &Arc<dyn SaOwner>) -> Result {
         let mut queries = self.queries.lock();
-        if queries.iter().flatten().any(|q| q.gid == *gid) {
+        if queries.get(&gid.0).is_some() {
             return Ok(());
         }
-        if !queries.iter().any(Option::is_none) {
-            queries.push(None, GFP_KERNEL)?;
-        }
+        let slot = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let answer = Answer::new(Some((owner.clone(), Answered::Path)))?;
         let sgid = self.resolver.sgid.get();
         let query = sa.query_path(&sgid, gid, self.resolver.pkey, answer.clone())?;
         bump(&self.counters.path_lookups, 1);
-        if let Some(slot) = queries.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(PendingPath {
-                gid: *gid,
+        queries.insert(slot.into_node(
+            gid.0,
+            PendingPath {
                 answer,
                 _query: query,
-            });
-        }
+            },
+        ));
         Ok(())
+    }
+
+    /// The next answered path query after `from` (in GID order), taken out of the table:
+    /// one walk over the queries per run of the resolve work item, however many answered.
+    fn next_answered(&self, from: &[u8; 16]) -> Option<([u8; 16], PendingPath)> {
+        let mut queries = self.queries.lock();
+        let mut cursor = queries.cursor_lower_bound(from)?;
+        while !cursor.current().1.answer.latest_ready() {
+            cursor = cursor.move_next()?;
+        }
+        let (_, node) = cursor.remove_current();
+        Some(node.to_key_value())
     }
 
     /// Takes in the answered path queries: a handle is made from each path found.
     fn take_answers(&self, device: &Device, pd: &Arc<ProtectionDomain>, ud: &UdDatapath) {
-        loop {
-            let done = {
-                let mut queries = self.queries.lock();
-                let found = queries
-                    .iter_mut()
-                    .find(|q| q.as_ref().is_some_and(|q| q.answer.latest_ready()));
-                match found.and_then(Option::take) {
-                    Some(q) => q,
-                    None => return,
-                }
-            };
+        let mut from = [0; 16];
+        while let Some((key, done)) = self.next_answered(&from) {
+            from = key;
+            let gid = Gid(key);
             // The query is over; dropped here, outside the lock.
-            let PendingPath { gid, answer, .. } = done;
+            let PendingPath { answer, .. } = done;
             let Some(answer) = answer.take() else {
                 continue;
             };

@@ -84,13 +84,19 @@ impl SaGroup {
         self.record.as_ref()
     }
 
-    /// Asks `sa` to join as `rec` says, unless asked already or a retry is not due at
-    /// `now`; a join that cannot start counts as failed.
-    pub(crate) fn ask(&mut self, sa: &SaPort, rec: &McMemberRecord, now: i64) -> Result {
+    /// Asks `sa` to join as the record `rec` makes for the group says, unless asked already
+    /// or a retry is not due at `now` (the record is made only then: the work item looks
+    /// at every group on each run); a join that cannot start counts as failed.
+    pub(crate) fn ask(
+        &mut self,
+        sa: &SaPort,
+        rec: impl FnOnce(&Gid) -> McMemberRecord,
+        now: i64,
+    ) -> Result {
         if self.membership.is_some() || now < self.retry_at {
             return Ok(());
         }
-        match sa.join(rec, self.answer.clone()) {
+        match sa.join(&rec(&self.mgid), self.answer.clone()) {
             Ok(m) => {
                 self.membership = Some(m);
                 Ok(())
