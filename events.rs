@@ -217,7 +217,7 @@ impl Interface {
         let deadline = now_ms() - 2 * i64::from(Self::neigh_gc_ms());
         self.paths.forget(&self.ud, deadline);
         // The send-only groups whose handles went are left (C: with their neighbours).
-        if self.mcast.has_send_only() {
+        if self.mcast.reap_send_only() {
             let _ = workqueue::system().enqueue::<_, MCAST_WORK>(self.clone());
         }
         // Packets still waiting have their destinations resolved again: whatever was to

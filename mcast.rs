@@ -265,6 +265,10 @@ struct SaGroups {
     /// Groups the paths asked handles for since the last run of the work item, by GID (a
     /// burst may ask for thousands).
     requested: RBTree<[u8; 16], ()>,
+    /// The neighbour collection ran since: the send-only groups no longer sent to are left
+    /// by the next run of the work item (C: reaped with their neighbours). Other runs,
+    /// one per answer of the SA, leave the groups alone.
+    reap_due: bool,
 }
 
 /// What a run of the multicast work item tells the interface.
@@ -375,6 +379,7 @@ impl Multicast {
                     broadcast: None,
                     send_only: RBTree::new(),
                     requested: RBTree::new(),
+                    reap_due: false,
                 },
                 "Multicast::sa_groups"
             ),
@@ -473,7 +478,12 @@ impl Multicast {
     /// it is joined already. Returns whether the work item must run.
     pub(crate) fn request_send(&self, mgid: &Gid) -> bool {
         let mut sa = self.sa_groups.lock();
-        if sa.requested.get(&mgid.0).is_some() {
+        let joining = sa
+            .send_only
+            .get(&mgid.0)
+            .is_some_and(|g| g.record().is_none());
+        // A group being joined gives its handle when its answer comes.
+        if joining || sa.requested.get(&mgid.0).is_some() {
             return false;
         }
         match RBTreeNode::new(mgid.0, (), GFP_KERNEL) {
@@ -670,11 +680,17 @@ impl Multicast {
         sent_to: &dyn Fn(&Gid) -> bool,
         report: &mut SyncReport,
     ) {
-        let requested = core::mem::take(&mut self.sa_groups.lock().requested);
+        let (requested, reap) = {
+            let mut groups = self.sa_groups.lock();
+            let reap = core::mem::replace(&mut groups.reap_due, false);
+            (core::mem::take(&mut groups.requested), reap)
+        };
         let handle = |rec: &McMemberRecord| {
             AhAttr::from_mcmember(device, port, rec).and_then(|attr| AddressHandle::new(pd, &attr))
         };
-        self.leave_unused_send_only(qp, &requested, sent_to);
+        if reap {
+            self.leave_unused_send_only(qp, &requested, sent_to);
+        }
         for key in requested.keys() {
             let mgid = &Gid(*key);
             let mut joined = None;
@@ -763,14 +779,17 @@ impl Multicast {
     ) {
         let mut groups = self.sa_groups.lock();
         let mut unused = KVec::new();
+        let mut missed = false;
         for g in groups.send_only.values() {
             if g.record().is_some() && requested.get(&g.mgid().0).is_none() && !sent_to(g.mgid()) {
                 if unused.push(*g.mgid(), GFP_KERNEL).is_err() {
-                    // The rest go with the next run.
+                    missed = true;
                     break;
                 }
             }
         }
+        // The rest (no memory for the list) go with the next run.
+        groups.reap_due |= missed;
         for mgid in unused.iter() {
             if let Some(mut g) = groups.send_only.remove(&mgid.0) {
                 g.leave(qp);
@@ -785,10 +804,17 @@ impl Multicast {
         }
     }
 
-    /// Whether groups are joined as a send-only member (InfiniBand): the neighbour
-    /// collection has the multicast work item look for those no longer sent to.
-    pub(crate) fn has_send_only(&self) -> bool {
-        self.sa.is_some() && self.sa_groups.lock().send_only.keys().next().is_some()
+    /// Has the next run of the multicast work item leave the send-only groups no longer
+    /// sent to (the neighbour collection ran); returns whether there are any (InfiniBand),
+    /// and so whether it must run.
+    pub(crate) fn reap_send_only(&self) -> bool {
+        if self.sa.is_none() {
+            return false;
+        }
+        let mut groups = self.sa_groups.lock();
+        let any = groups.send_only.keys().next().is_some();
+        groups.reap_due = any;
+        groups.reap_due
     }
 
     /// [`Multicast::sync`] on RoCE.

@@ -19,8 +19,9 @@ use kernel::{
     sync::Arc,
 };
 
-/// The first wait after a failed join; it doubles with each failure in a row.
-const BACKOFF_FIRST_MS: i64 = 1000;
+/// The first wait after a failed join, as in the C driver (an SA too busy to answer in
+/// time is given as long); it doubles with each failure in a row.
+const BACKOFF_FIRST_MS: i64 = 2000;
 /// The longest wait between joins, as in the C driver.
 const BACKOFF_MAX_MS: i64 = 16_000;
 
