@@ -483,13 +483,14 @@ impl Paths {
         self.enter(ud, gid, Ok(ah), None);
     }
 
-    /// Drops the packets held for `gid`, counted as errors: it has no route.
+    /// Drops the packets held for `gid`, which has no route: counted as dropped, as C
+    /// counts them (`ip -s link` shows the same with either driver).
     pub(crate) fn drop_held(&self, gid: &Gid) {
         let Some(queue) = self.held.lock().take(gid) else {
             return;
         };
         self.held_count.fetch_sub(queue.len(), Ordering::Relaxed);
-        bump(&self.counters.tx_errors, queue.len() as u64);
+        bump(&self.counters.tx_dropped, queue.len() as u64);
         // Freed here, outside the lock.
         drop(queue);
     }
