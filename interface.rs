@@ -448,7 +448,6 @@ impl Interface {
             device,
             (port, log_name.clone()),
             ud.qp(),
-            &pd,
             &broadcast,
             facts.active_mtu,
             pkey_index.is_some(),
@@ -690,10 +689,9 @@ impl Interface {
     fn resolve(self: Arc<Self>) {
         let owner: Arc<dyn SaOwner> = self.clone();
         let mut joins = false;
-        self.paths
-            .resolve(&self.device, &self.pd, &self.ud, &owner, |mgid| {
-                joins |= self.mcast.request_send(mgid);
-            });
+        self.paths.resolve(&self.device, &self.ud, &owner, |mgid| {
+            joins |= self.mcast.request_send(mgid);
+        });
         if joins {
             let _ = workqueue::system().enqueue::<_, MCAST_WORK>(self.clone());
         }
@@ -708,7 +706,6 @@ impl Interface {
             &self.device,
             self.port,
             self.ud.qp(),
-            &self.pd,
             &owner,
             self.has_partition() && self.gid.in_table(),
             self.umcast(),
@@ -725,7 +722,7 @@ impl Interface {
         }
         let sends = !handles.is_empty();
         for (mgid, ah) in handles {
-            self.paths.add_handle(&self.ud, &mgid, ah);
+            self.paths.add_handle(&mgid, ah);
         }
         for mgid in unreachable.iter() {
             self.paths.drop_held(mgid);
@@ -733,6 +730,8 @@ impl Interface {
         if sends {
             self.napi.schedule();
         }
+        // The handles of the groups left go once no send uses them.
+        self.ud.qp().reap_address_handles();
         if let Some(at) = retry_at {
             let delay = (at - now_ms()).clamp(1, 60_000) as u32;
             let _ = workqueue::system()

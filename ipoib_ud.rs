@@ -19,7 +19,7 @@ use crate::{
     stats::{bump, Counters, Tally},
     wire::{self, HwAddr, ENCAP_HEADER_LEN, HWADDR_LEN, UD_GRH_LEN},
 };
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
     net::{
         dev::NetDevice,
@@ -126,11 +126,6 @@ pub(crate) struct UdDatapath {
     recv_cq: Arc<CompletionQueue<CqEvents>>,
     /// The UD queue pair; datagrams land in skbs that go up as they are.
     qp: Pin<KBox<QueuePair<SkBuff>>>,
-    /// Sends posted on the queue pair (under the interface's neighbour lock) and
-    /// completed: the clock by which retired address handles are known to be unused (see
-    /// `neigh.rs`).
-    sends_posted: AtomicU64,
-    sends_done: AtomicU64,
     /// Sends in flight on the interface, shared with connected mode.
     credits: Arc<SendCredits>,
     counters: Arc<Counters>,
@@ -233,8 +228,6 @@ impl UdDatapath {
                 send_cq,
                 recv_cq,
                 qp,
-                sends_posted: AtomicU64::new(0),
-                sends_done: AtomicU64::new(0),
                 credits,
                 counters,
                 recovery_due: AtomicBool::new(false),
@@ -328,16 +321,6 @@ impl UdDatapath {
         (self.credits.free(), self.credits.limit())
     }
 
-    /// Sends posted so far.
-    pub(crate) fn sends_posted(&self) -> u64 {
-        self.sends_posted.load(Ordering::Relaxed)
-    }
-
-    /// Sends completed so far.
-    pub(crate) fn sends_done(&self) -> u64 {
-        self.sends_done.load(Ordering::Relaxed)
-    }
-
     /// Whether the message `skb` carries after its pseudo header fits a datagram; if not,
     /// the caller drops it, counted here. From the transmit path only (see
     /// `TxConnection::post` on reporting the path MTU).
@@ -360,15 +343,8 @@ impl UdDatapath {
     }
 
     /// Posts what `skb` carries after its pseudo header to `dest` through `ah`, from the
-    /// packet's own memory (its size checked by [`Self::sendable`]). Called with the
-    /// interface's neighbour table locked.
-    pub(crate) fn post(
-        &self,
-        mut skb: SkBuff,
-        dest: &HwAddr,
-        ah: &Arc<AddressHandle>,
-        dev: &NetDevice,
-    ) {
+    /// packet's own memory (its size checked by [`Self::sendable`]).
+    pub(crate) fn post(&self, mut skb: SkBuff, dest: &HwAddr, ah: &AddressHandle, dev: &NetDevice) {
         let c = &self.counters;
         if !self.credits.take(dev) {
             bump(&c.tx_dropped, 1);
@@ -385,14 +361,13 @@ impl UdDatapath {
             skb.len() - offset,
             dest.qpn()
         );
-        match self.qp.post_skb_ud(skb, offset, ah, dest.qpn(), qkey) {
-            Ok(()) => {
-                self.sends_posted.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                self.credits.give(1);
-                bump(&c.tx_errors, 1);
-            }
+        if self
+            .qp
+            .post_skb_ud(skb, offset, ah, dest.qpn(), qkey)
+            .is_err()
+        {
+            self.credits.give(1);
+            bump(&c.tx_errors, 1);
         }
     }
 
@@ -410,7 +385,6 @@ impl UdDatapath {
                 let Some(sent) = self.qp.complete_send(wc) else {
                     continue;
                 };
-                self.sends_done.fetch_add(1, Ordering::Relaxed);
                 self.credits.give(1);
                 match status {
                     WcStatus::Success => tally.sent(sent),
@@ -652,7 +626,6 @@ impl UdDatapath {
         let mut kept = KVec::new();
         self.qp.reset(
             |sent| {
-                self.sends_done.fetch_add(1, Ordering::Relaxed);
                 self.credits.give(1);
                 drop(sent);
             },

@@ -42,7 +42,6 @@ use kernel::{
         ah::{AddressHandle, AhAttr},
         cm::GidAttr,
         device::{self, Device, Mtu},
-        pd::ProtectionDomain,
         qp::{QueuePair, RecvBuffer},
         sa::{JoinState, McMemberRecord},
     },
@@ -332,14 +331,13 @@ pub(crate) struct Multicast {
 impl Multicast {
     /// The multicast state of an interface whose broadcast address is `broadcast`, joined
     /// through `sa` on InfiniBand. On RoCE the broadcast group is joined here with `qp` on
-    /// `port` of `device` if `join` (the partition exists), and its address handle made in
-    /// `pd` for paths of `mtu`.
+    /// `port` of `device` if `join` (the partition exists), and its address handle made for
+    /// `qp` for paths of `mtu`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         device: &Device,
         (port, log_name): (u32, Arc<LogName>),
         qp: &QueuePair<impl RecvBuffer>,
-        pd: &Arc<ProtectionDomain>,
         broadcast: &HwAddr,
         mtu: Mtu,
         join: bool,
@@ -361,7 +359,7 @@ impl Multicast {
             let port_gid = GidAttr::get(device, port, GID_INDEX)?;
             let record =
                 McMemberRecord::roce(&rdma_gid(&mgid), &port_gid, wire::DEFAULT_QKEY, mtu, 1);
-            let ah = AddressHandle::new(pd, &AhAttr::from_mcmember(device, port, &record)?)?;
+            let ah = qp.address_handle(&AhAttr::from_mcmember(device, port, &record)?)?;
             (member, Some(ah))
         };
         let broadcast_addr = *broadcast;
@@ -496,8 +494,8 @@ impl Multicast {
     }
 
     /// Joins and leaves groups with `qp` on `port` of `device` as the multicast list asks
-    /// (process context); on InfiniBand also takes the SA's answers in, making handles in
-    /// `pd`, with `owner` hearing of answers to come, if `joinable` (the partition is in
+    /// (process context); on InfiniBand also takes the SA's answers in, making handles for
+    /// `qp`, with `owner` hearing of answers to come, if `joinable` (the partition is in
     /// the port's table), and with `umcast` leaves to user space the groups it joined
     /// itself; a group only sent to is left once `sent_to` says nothing uses it. Tells the
     /// interface what changed.
@@ -507,7 +505,6 @@ impl Multicast {
         device: &Device,
         port: u32,
         qp: &QueuePair<impl RecvBuffer>,
-        pd: &Arc<ProtectionDomain>,
         owner: &Arc<dyn SaOwner>,
         joinable: bool,
         umcast: bool,
@@ -515,7 +512,7 @@ impl Multicast {
     ) -> SyncReport {
         match &self.sa {
             Some(_) if !joinable => SyncReport::default(),
-            Some(sa) => self.sync_sa(sa, device, port, qp, pd, owner, umcast, sent_to),
+            Some(sa) => self.sync_sa(sa, device, port, qp, owner, umcast, sent_to),
             None => {
                 self.sync_roce(device, port, qp);
                 SyncReport::default()
@@ -531,7 +528,6 @@ impl Multicast {
         device: &Device,
         port: u32,
         qp: &QueuePair<impl RecvBuffer>,
-        pd: &Arc<ProtectionDomain>,
         owner: &Arc<dyn SaOwner>,
         umcast: bool,
         sent_to: &dyn Fn(&Gid) -> bool,
@@ -557,7 +553,7 @@ impl Multicast {
         match bcast.take_answer(qp, now) {
             Progress::Joined(rec) => {
                 match AhAttr::from_mcmember(device, port, &rec)
-                    .and_then(|attr| AddressHandle::new(pd, &attr))
+                    .and_then(|attr| qp.address_handle(&attr))
                 {
                     Ok(ah) => {
                         *self.bcast_ah.lock() = Some(ah);
@@ -593,8 +589,16 @@ impl Multicast {
         };
         drop(groups);
         self.sync_list(sa, qp, &params, owner, now, umcast, &mut report);
-        let send = (device, port, pd);
-        self.sync_send_only(sa, send, qp, &params, owner, now, sent_to, &mut report);
+        self.sync_send_only(
+            sa,
+            (device, port),
+            qp,
+            &params,
+            owner,
+            now,
+            sent_to,
+            &mut report,
+        );
         report
     }
 
@@ -665,14 +669,14 @@ impl Multicast {
     }
 
     /// Gives the paths handles for the groups they asked for, made on `port` of `device`
-    /// in `pd`: a group of the list already joined lends its record; others are joined as
+    /// for `qp`: a group of the list already joined lends its record; others are joined as
     /// send-only members (C: send-only joins), with the broadcast group's parameters
     /// `params`, and left once `sent_to` says nothing uses them any more.
     #[allow(clippy::too_many_arguments)]
     fn sync_send_only(
         &self,
         sa: &SaJoiner,
-        (device, port, pd): (&Device, u32, &Arc<ProtectionDomain>),
+        (device, port): (&Device, u32),
         qp: &QueuePair<impl RecvBuffer>,
         params: &McMemberRecord,
         owner: &Arc<dyn SaOwner>,
@@ -686,7 +690,7 @@ impl Multicast {
             (core::mem::take(&mut groups.requested), reap)
         };
         let handle = |rec: &McMemberRecord| {
-            AhAttr::from_mcmember(device, port, rec).and_then(|attr| AddressHandle::new(pd, &attr))
+            AhAttr::from_mcmember(device, port, rec).and_then(|attr| qp.address_handle(&attr))
         };
         if reap {
             self.leave_unused_send_only(qp, &requested, sent_to);

@@ -6,11 +6,9 @@
 //! made on first use; the destination QPN travels in each packet's pseudo header. Entries
 //! unused for two ARP collection intervals are forgotten, as the C driver ages its own.
 //!
-//! Some providers (rxe) must not destroy an address handle in softirq context or under a
-//! lock taken there. A forgotten handle is therefore retired, not dropped: it waits, with
-//! the number of sends posted when it left the table, until that many sends have completed
-//! (a UD send queue completes in order, and every send through the table is posted under
-//! its lock), then the work item drops it in process context as its last user.
+//! A handle dropped here may still be used by a send in flight: the queue pair it was made
+//! for keeps it until that send is over, and destroys it when the collection work item
+//! reaps (see `kernel::rdma::ah`).
 
 use kernel::{
     prelude::*,
@@ -24,8 +22,8 @@ use kernel::{
 /// only packets to made-up addresses (packet sockets) fill it. Beyond, the destination
 /// used least recently makes room (its handle is cheap to make again).
 const MAX_NEIGHBOURS: usize = 4096;
-/// Handles dropped per [`Neighbours::take_reapable`] call.
-const REAP_BATCH: usize = 16;
+/// Entries forgotten per lock hold when collecting.
+const FORGET_BATCH: usize = 16;
 
 /// One destination: its handle, when a packet last used it (ms, monotonic), and on
 /// InfiniBand the LID and service level of its path.
@@ -47,13 +45,10 @@ pub(crate) struct Route {
 /// A table entry made outside the lock, for [`Neighbours::insert`].
 pub(crate) type NeighbourNode = RBTreeNode<[u8; 16], Neighbour>;
 
-/// Address handles by destination GID, and the retired ones.
+/// Address handles by destination GID.
 pub(crate) struct Neighbours {
     entries: RBTree<[u8; 16], Neighbour>,
     len: usize,
-    /// Retired handles with the count of sends posted when they left the table; slots are
-    /// reused, and added as needed.
-    retired: KVec<Option<(u64, Arc<AddressHandle>)>>,
     /// Advanced when every path may have changed (the subnet manager asked ports to
     /// register again): an entry of an older epoch is stale, used still, and its path
     /// queried again when next used.
@@ -65,33 +60,8 @@ impl Neighbours {
         Ok(Self {
             entries: RBTree::new(),
             len: 0,
-            retired: KVec::new(),
             epoch: 0,
         })
-    }
-
-    /// The index of a free retirement slot, added if none is (under the table's lock:
-    /// without sleeping); `None` if none could be.
-    fn free_slot(&mut self) -> Option<usize> {
-        if let Some(i) = self.retired.iter().position(Option::is_none) {
-            return Some(i);
-        }
-        self.retired.push(None, GFP_ATOMIC).ok()?;
-        Some(self.retired.len() - 1)
-    }
-
-    /// Moves the entry of `gid` into the free retirement slot `slot`, `posted` sends having
-    /// been posted so far; returns whether there was one.
-    fn retire_into(&mut self, slot: usize, gid: &[u8; 16], posted: u64) -> bool {
-        let Some(free) = self.retired.get_mut(slot) else {
-            return false;
-        };
-        let Some(entry) = self.entries.remove(gid) else {
-            return false;
-        };
-        *free = Some((posted, entry.ah));
-        self.len -= 1;
-        true
     }
 
     /// A table entry for `gid`, reached through `ah` on `route` (process context, before
@@ -152,29 +122,17 @@ impl Neighbours {
         self.entries.get(gid).is_some()
     }
 
-    /// Adds `node`, made for `gid`, `posted` sends having been posted so far: a handle made
-    /// again (its path queried again) retires the one it replaces; in a full table the
-    /// destination used least recently makes room. Without a slot to retire the old one
-    /// in, `node` comes back, to be dropped outside the lock (nothing was sent through it).
-    pub(crate) fn insert(
-        &mut self,
-        gid: &[u8; 16],
-        node: NeighbourNode,
-        posted: u64,
-    ) -> Option<NeighbourNode> {
-        if self.contains(gid) {
-            match self.free_slot() {
-                Some(slot) => {
-                    self.retire_into(slot, gid, posted);
-                }
-                None => return Some(node),
+    /// Adds `node`, made for `gid`; returns the entry it replaces (a handle made again, its
+    /// path queried again), to be dropped outside the lock. In a full table the destination
+    /// used least recently makes room.
+    pub(crate) fn insert(&mut self, gid: &[u8; 16], node: NeighbourNode) -> Option<NeighbourNode> {
+        if !self.contains(gid) {
+            if self.len >= MAX_NEIGHBOURS {
+                self.forget_oldest();
             }
-        } else if self.len >= MAX_NEIGHBOURS {
-            self.retire_oldest(posted);
+            self.len += 1;
         }
-        // Not present (retired above if it was): nothing is replaced.
         let replaced = self.entries.insert(node);
-        self.len += 1;
         let epoch = self.epoch;
         if let Some(n) = self.entries.get_mut(gid) {
             n.epoch = epoch;
@@ -187,107 +145,45 @@ impl Neighbours {
         self.len
     }
 
-    /// Retires the destinations unused since `deadline` (all with `i64::MAX`), `posted`
-    /// sends having been posted so far; returns how many. Entries stay while no retirement
-    /// slot is free.
-    fn retire_idle(&mut self, deadline: i64, posted: u64) -> usize {
-        let mut retired = 0;
-        loop {
-            let mut keys = [[0u8; 16]; REAP_BATCH];
-            let mut n = 0;
-            for (gid, entry) in self.entries.iter() {
-                if entry.used < deadline {
-                    keys[n] = *gid;
-                    n += 1;
-                    if n == keys.len() {
-                        break;
-                    }
+    /// Forgets up to [`FORGET_BATCH`] destinations unused since `deadline`; returns how many.
+    fn forget_idle(&mut self, deadline: i64) -> usize {
+        let mut keys = [[0u8; 16]; FORGET_BATCH];
+        let mut n = 0;
+        for (gid, entry) in self.entries.iter() {
+            if entry.used < deadline {
+                keys[n] = *gid;
+                n += 1;
+                if n == keys.len() {
+                    break;
                 }
             }
-            for key in &keys[..n] {
-                let Some(slot) = self.free_slot() else {
-                    return retired;
-                };
-                retired += usize::from(self.retire_into(slot, key, posted));
-            }
-            if n < keys.len() {
-                return retired;
-            }
         }
-    }
-
-    /// Retires the destination used least recently, `posted` sends having been posted so
-    /// far. Handles just made, which packets may still wait for, are the newest: they stay.
-    fn retire_oldest(&mut self, posted: u64) {
-        let Some(oldest) = self
-            .entries
-            .iter()
-            .min_by_key(|(_, entry)| entry.used)
-            .map(|(gid, _)| *gid)
-        else {
-            return;
-        };
-        if let Some(slot) = self.free_slot() {
-            self.retire_into(slot, &oldest, posted);
-        }
-    }
-
-    /// Takes out retired handles whose sends have all completed (`completed` sends so
-    /// far), into `out`; the caller drops them outside the lock, in process context.
-    /// Returns how many.
-    fn take_reapable(
-        &mut self,
-        completed: u64,
-        out: &mut [Option<Arc<AddressHandle>>; REAP_BATCH],
-    ) -> usize {
-        let mut n = 0;
-        for slot in self.retired.iter_mut() {
-            if n == out.len() {
-                break;
-            }
-            if slot
-                .as_ref()
-                .is_some_and(|(posted, _)| *posted <= completed)
-            {
-                out[n] = slot.take().map(|(_, ah)| ah);
-                n += 1;
+        for key in &keys[..n] {
+            if self.entries.remove(key).is_some() {
+                self.len -= 1;
             }
         }
         n
     }
+
+    /// Forgets the destination used least recently. Handles just made, which packets may
+    /// still wait for, are the newest: they stay.
+    fn forget_oldest(&mut self) {
+        let oldest = self
+            .entries
+            .iter()
+            .min_by_key(|(_, entry)| entry.used)
+            .map(|(gid, _)| *gid);
+        if let Some(gid) = oldest {
+            if self.entries.remove(&gid).is_some() {
+                self.len -= 1;
+            }
+        }
+    }
 }
 
-/// Retires the destinations of `table` unused since `deadline` (all with `i64::MAX`), then
-/// drops the retired handles no send refers to any more, in process context and outside
-/// the lock. `posted` and `completed` tell the sends posted and completed so far.
-pub(crate) fn retire(
-    table: &SpinLockBh<Neighbours>,
-    deadline: i64,
-    posted: impl Fn() -> u64,
-    completed: impl Fn() -> u64,
-) {
-    {
-        let mut neigh = table.lock();
-        neigh.retire_idle(deadline, posted());
-    }
-    loop {
-        let mut out = [const { None }; REAP_BATCH];
-        let done = completed();
-        let n = table.lock().take_reapable(done, &mut out);
-        // Destroyed here, in process context, without the lock.
-        drop(out);
-        if n < REAP_BATCH {
-            break;
-        }
-    }
-    // Once all are gone, so are their slots (many after a large table was collected).
-    let slots = {
-        let mut neigh = table.lock();
-        if neigh.retired.iter().all(Option::is_none) {
-            core::mem::take(&mut neigh.retired)
-        } else {
-            KVec::new()
-        }
-    };
-    drop(slots);
+/// Forgets the destinations of `table` unused since `deadline` (all with `i64::MAX`), a
+/// batch per lock hold.
+pub(crate) fn forget(table: &SpinLockBh<Neighbours>, deadline: i64) {
+    while table.lock().forget_idle(deadline) == FORGET_BATCH {}
 }

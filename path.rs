@@ -37,7 +37,6 @@ use kernel::{
         ah::{AddressHandle, AhAttr},
         cm::{GidAttr, PathRecord},
         device::{self, Device, Mtu},
-        pd::ProtectionDomain,
     },
     sync::{Arc, Mutex, SpinLockBh},
 };
@@ -73,23 +72,19 @@ impl PathResolver {
         self.sa.is_some()
     }
 
-    /// The address handle for datagrams to `gid` on RoCE, in `pd` (process context:
+    /// The address handle for datagrams to `gid` on RoCE, for `ud` (process context:
     /// providers such as rxe may not make one in softirq context). Multicast stays on the
     /// link. A unicast peer's MAC follows from its link-local GID (the handle is not
     /// resolved by the core); rxe needs it to deliver to its own port (a child, or the
     /// parent of one), which the IP route, through `lo`, does not reach.
-    fn roce_address_handle(
-        &self,
-        pd: &Arc<ProtectionDomain>,
-        gid: &Gid,
-    ) -> Result<Arc<AddressHandle>> {
+    fn roce_address_handle(&self, ud: &UdDatapath, gid: &Gid) -> Result<Arc<AddressHandle>> {
         let (hops, dmac) = if gid.is_multicast() {
             (1, wire::multicast_mac(gid))
         } else {
             (64, gid.link_local_mac().unwrap_or([0; 6]))
         };
         let attr = AhAttr::roce(self.port, GID_INDEX as u8, &device::Gid(gid.0), hops, dmac);
-        AddressHandle::new(pd, &attr)
+        ud.qp().address_handle(&attr)
     }
 
     /// The path a connection to `dest` is requested over, and the local GID entry it starts
@@ -186,14 +181,13 @@ impl Paths {
         if !ud.sendable(&mut skb) {
             return false;
         }
-        // Every send through a neighbour's handle is posted under the table's lock, so that
-        // a handle the table retires is known to be unused once as many sends completed as
-        // were posted by then (see `neigh.rs`).
-        let mut neigh = self.neigh.lock();
         if let Some(ah) = ah {
             ud.post(skb, dest, ah, dev);
             return false;
         }
+        // A neighbour's handle is borrowed from the table while the send is posted: the
+        // lock keeps it alive without a reference of the packet's own.
+        let mut neigh = self.neigh.lock();
         let gid = dest.gid();
         match neigh.get(&gid.0, now_ms()) {
             // Not ahead of packets to the same destination that still wait.
@@ -313,8 +307,8 @@ impl Paths {
         }
     }
 
-    /// Makes the address handles the held packets wait for (the resolve work item) in `pd`
-    /// and enters them in the table, as sends through `ud` go: on RoCE at once, on
+    /// Makes the address handles the held packets wait for (the resolve work item), for
+    /// sends through `ud`, and enters them in the table: on RoCE at once, on
     /// InfiniBand from the path records the SA answers, whose arrival `owner` hears of.
     /// Multicast groups on InfiniBand are passed to `multicast`, whose handles come from
     /// their memberships ([`Paths::add_handle`]). The packets of a destination that gets
@@ -322,12 +316,11 @@ impl Paths {
     pub(crate) fn resolve(
         &self,
         device: &Device,
-        pd: &Arc<ProtectionDomain>,
         ud: &UdDatapath,
         owner: &Arc<dyn SaOwner>,
         mut multicast: impl FnMut(&Gid),
     ) {
-        self.take_answers(device, pd, ud);
+        self.take_answers(device, ud);
         // Stale handles in use: their paths queried again, the handles used meanwhile.
         let stale = core::mem::take(&mut *self.stale.lock());
         for gid in stale.iter() {
@@ -365,10 +358,10 @@ impl Paths {
                 },
                 None => {
                     bump(&self.counters.path_lookups, 1);
-                    self.resolver.roce_address_handle(pd, gid)
+                    self.resolver.roce_address_handle(ud, gid)
                 }
             };
-            self.enter(ud, gid, made, None);
+            self.enter(gid, made, None);
         }
     }
 
@@ -406,7 +399,7 @@ impl Paths {
     }
 
     /// Takes in the answered path queries: a handle is made from each path found.
-    fn take_answers(&self, device: &Device, pd: &Arc<ProtectionDomain>, ud: &UdDatapath) {
+    fn take_answers(&self, device: &Device, ud: &UdDatapath) {
         let mut from = [0; 16];
         while let Some((key, done)) = self.next_answered(&from) {
             from = key;
@@ -422,10 +415,10 @@ impl Paths {
                     dlid: path.dlid(),
                     sl: path.sl(),
                 };
-                Ok((AddressHandle::new(pd, &attr)?, route))
+                Ok((ud.qp().address_handle(&attr)?, route))
             });
             match made {
-                Ok((ah, route)) => self.enter(ud, &gid, Ok(ah), Some(route)),
+                Ok((ah, route)) => self.enter(&gid, Ok(ah), Some(route)),
                 Err(e) => {
                     bump(&self.counters.path_failures, 1);
                     crate::params::ipoib_dbg!(
@@ -440,23 +433,14 @@ impl Paths {
         }
     }
 
-    /// Enters the handle `made` for `gid` (if it was made) in the table, as sends through
-    /// `ud` go; without one, the packets held for `gid` are dropped.
-    fn enter(
-        &self,
-        ud: &UdDatapath,
-        gid: &Gid,
-        made: Result<Arc<AddressHandle>>,
-        route: Option<Route>,
-    ) {
+    /// Enters the handle `made` for `gid` (if it was made) in the table; without one, the
+    /// packets held for `gid` are dropped.
+    fn enter(&self, gid: &Gid, made: Result<Arc<AddressHandle>>, route: Option<Route>) {
         let made = made
             .and_then(|ah| Neighbours::node(gid.0, ah, route, now_ms()))
-            .map(|node| {
-                let mut neigh = self.neigh.lock();
-                neigh.insert(&gid.0, node, ud.sends_posted())
-            });
+            .map(|node| self.neigh.lock().insert(&gid.0, node));
         match &made {
-            Ok(None) => crate::params::ipoib_dbg!(
+            Ok(_) => crate::params::ipoib_dbg!(
                 "{}: address handle made for {}\n",
                 self.log_name,
                 GidText(&gid.0)
@@ -467,10 +451,9 @@ impl Paths {
                 GidText(&gid.0),
                 e
             ),
-            Ok(Some(_)) => {}
         }
-        // A handle made twice is dropped here, outside the lock, never used. Without a
-        // route the packets for it go.
+        // The entry replaced is dropped here, outside the lock. Without a route the packets
+        // for it go.
         match made {
             Ok(_) => self.held_ready.store(true, Ordering::Release),
             Err(_) => self.drop_held(gid),
@@ -478,9 +461,9 @@ impl Paths {
     }
 
     /// Enters `ah`, the handle of a multicast group's membership, for `gid` (process
-    /// context), as sends through `ud` go.
-    pub(crate) fn add_handle(&self, ud: &UdDatapath, gid: &Gid, ah: Arc<AddressHandle>) {
-        self.enter(ud, gid, Ok(ah), None);
+    /// context).
+    pub(crate) fn add_handle(&self, gid: &Gid, ah: Arc<AddressHandle>) {
+        self.enter(gid, Ok(ah), None);
     }
 
     /// Drops the packets held for `gid`, which has no route: counted as dropped, as C
@@ -531,16 +514,12 @@ impl Paths {
         drop(queues);
     }
 
-    /// Forgets the destinations unused since `deadline` (all with `i64::MAX`): their
-    /// handles go once the sends through `ud` that may use them have completed (process
+    /// Forgets the destinations unused since `deadline` (all with `i64::MAX`), then destroys
+    /// the handles of `ud`'s queue pair that no send in flight uses any more (process
     /// context).
     pub(crate) fn forget(&self, ud: &UdDatapath, deadline: i64) {
-        neigh::retire(
-            &self.neigh,
-            deadline,
-            || ud.sends_posted(),
-            || ud.sends_done(),
-        );
+        neigh::forget(&self.neigh, deadline);
+        ud.qp().reap_address_handles();
     }
 
     /// How many destinations have an address handle.

@@ -247,14 +247,16 @@ impl Endpoint {
         Ok(())
     }
 
-    fn address_of(&self, peer: &Endpoint) -> Result<Arc<AddressHandle>> {
+    /// The route from this endpoint to `peer`.
+    fn route_to(&self, peer: &Endpoint) -> Result<AhAttr> {
         // rxe routes RoCE v2 through the IP stack, which finds the next hop itself.
         let (dmac, hop_limit) = ([0u8; 6], 64);
         let sgid_index = u8::try_from(self.gid_index)?;
-        AddressHandle::new(
-            &self.pd,
-            &AhAttr::roce(PORT, sgid_index, &peer.gid, hop_limit, dmac),
-        )
+        Ok(AhAttr::roce(PORT, sgid_index, &peer.gid, hop_limit, dmac))
+    }
+
+    fn address_of(&self, peer: &Endpoint) -> Result<Arc<AddressHandle>> {
+        self.qp.address_handle(&self.route_to(peer)?)
     }
 
     fn send(&self, ah: &Arc<AddressHandle>, to: u32, qkey: u32, fill: u8) -> Result {
@@ -549,8 +551,9 @@ fn mixed_devices(a: &Endpoint, b: &Endpoint) -> Result {
 /// State changes the transport does not take are refused: a UD queue pair sent to RTS
 /// from RESET, brought to INIT without its Q_Key, or given access flags (RC only); the
 /// change it does take then works. A send posted in INIT is refused and holds nothing.
-fn qp_changes(a: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
+fn qp_changes(a: &Endpoint, b: &Endpoint) -> Result {
     let qp = small_ud_qp::<DmaBuffer>(&a.pd, &a.send_cq, &a.recv_cq)?;
+    let ah = qp.address_handle(&a.route_to(b)?)?;
     let init = QpChange::to_init().port(PORT).pkey_index(0);
     for wrong in [
         QpChange::to_ready_to_send().send_psn(0),
@@ -566,7 +569,7 @@ fn qp_changes(a: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
     // Not ready to send: the device refuses the request, whose buffer the queue pair
     // took before posting it; it must be freed, its slot free again.
     let buf = DmaBuffer::new(&a.device, PAYLOAD_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
-    refused(qp.post_send_ud(buf, PAYLOAD_LEN, ah, a.qp.qp_num(), QKEY))?;
+    refused(qp.post_send_ud(buf, PAYLOAD_LEN, &ah, a.qp.qp_num(), QKEY))?;
     match qp.sends_in_flight() {
         0 => Ok(()),
         n => {
@@ -624,8 +627,8 @@ fn slots_across_reset(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Re
     Ok(())
 }
 
-/// Memory the device must not write, or cannot reach, and a handle of another domain: each
-/// post is refused with `EINVAL` and its buffer freed.
+/// Memory the device must not write, or cannot reach, and a handle made for another queue
+/// pair: each post is refused with `EINVAL` and its buffer freed.
 fn foreign_posts(a: &Endpoint, b: &Endpoint, ah_a: &Arc<AddressHandle>) -> Result {
     let read_only = DmaBuffer::new(&b.device, RECV_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
     refused(b.qp.post_recv(read_only))?;
@@ -633,6 +636,96 @@ fn foreign_posts(a: &Endpoint, b: &Endpoint, ah_a: &Arc<AddressHandle>) -> Resul
     refused(b.qp.post_recv(elsewhere))?;
     let send = DmaBuffer::new(&b.device, PAYLOAD_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
     refused(b.qp.post_send_ud(send, PAYLOAD_LEN, ah_a, a.qp.qp_num(), QKEY))
+}
+
+/// Sends take no reference to their address handle: one dropped while its send is in
+/// flight waits (counted) until the send is taken back, and only a reap after that destroys
+/// it; a handle no send used goes at the next reap.
+fn handle_waits_for_send(a: &Endpoint, b: &Endpoint) -> Result {
+    const FILL: u8 = 41;
+    // Handles dropped by earlier checks, whose sends are all over, go first.
+    a.qp.reap_address_handles();
+    if a.qp.sends_in_flight() != 0 || a.qp.address_handles_waiting() != 0 {
+        pr_info!("# sends or handles left by earlier checks\n");
+        return Err(EBUSY);
+    }
+    let ah = a.address_of(b)?;
+    let mut buf = DmaBuffer::new(&a.device, PAYLOAD_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
+    for (i, byte) in buf.as_mut_slice().iter_mut().enumerate() {
+        *byte = FILL.wrapping_add(i as u8);
+    }
+    a.qp.post_send_ud(buf, PAYLOAD_LEN, &ah, b.qp.qp_num(), QKEY)?;
+    drop(ah);
+    let waiting = a.qp.address_handles_waiting();
+    let early = a.qp.reap_address_handles();
+    let mut wc = wait(&a.send_cq, 2000).ok_or(EAGAIN)?;
+    let sent = matches!(a.qp.complete_send(&mut wc), Some(Sent::Buffer(buf))
+        if buf.as_slice().first() == Some(&FILL));
+    let late = a.qp.reap_address_handles();
+    receive_one(b, a.qp.qp_num(), FILL)?;
+    drop(a.address_of(b)?);
+    let unused = a.qp.reap_address_handles();
+    let left = a.qp.address_handles_waiting();
+    if (waiting, early, sent, late, unused, left) != (1, 0, true, 1, 1, 0) {
+        pr_info!(
+            "# waiting {}, reaped before the completion {}, completion taken {}, reaped after {}, unused reaped {}, left {}\n",
+            waiting,
+            early,
+            sent,
+            late,
+            unused,
+            left
+        );
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+/// A reset ends the sends in flight for their handles, as completions do; a handle whose
+/// send the device refused waits for the next send, which takes that send's number; a
+/// queue pair destroyed with handles waiting destroys them (the script finds no domain
+/// left).
+fn handles_across_reset(a: &Endpoint, b: &Endpoint) -> Result {
+    let send_cq = CompletionQueue::new(&a.device, 4, 0, waiter()?, OWNER)?;
+    let recv_cq = CompletionQueue::new(&a.device, 4, 0, waiter()?, OWNER)?;
+    let qp = small_ud_qp::<DmaBuffer>(&a.pd, &send_cq, &recv_cq)?;
+    // With another Q_Key: `b` drops them, its receive buffers stay for the checks after.
+    let post = |ah: &AddressHandle| {
+        let buf = DmaBuffer::new(&a.device, PAYLOAD_LEN, DmaDirection::ToDevice, GFP_KERNEL)?;
+        qp.post_send_ud(buf, PAYLOAD_LEN, ah, b.qp.qp_num(), QKEY + 1)
+    };
+    // Refused in RESET: its number goes to the next send.
+    let refused_ah = qp.address_handle(&a.route_to(b)?)?;
+    refused(post(&refused_ah))?;
+    drop(refused_ah);
+    let before_send = qp.reap_address_handles();
+    ud_up(&qp)?;
+    let ah = qp.address_handle(&a.route_to(b)?)?;
+    post(&ah)?;
+    drop(ah);
+    let before_reset = (qp.reap_address_handles(), qp.address_handles_waiting());
+    // The send is not taken back by its completion: the reset takes it.
+    qp.reset(drop, drop)?;
+    let after_reset = (qp.reap_address_handles(), qp.address_handles_waiting());
+    // One more, dropped with the queue pair.
+    ud_up(&qp)?;
+    let last = qp.address_handle(&a.route_to(b)?)?;
+    post(&last)?;
+    drop(last);
+    let at_drop = qp.address_handles_waiting();
+    drop(qp);
+    if (before_send, before_reset, after_reset, at_drop) != (0, (0, 2), (2, 0), 1) {
+        pr_info!(
+            "# reaped before the send {}; reaped, waiting before the reset {:?}, after it {:?}; waiting at the drop {}\n",
+            before_send,
+            before_reset,
+            after_reset,
+            at_drop
+        );
+        return Err(EINVAL);
+    }
+    // The completion of the last send may be left in the queue; it goes with the CQ.
+    Ok(())
 }
 
 /// The IPoIB broadcast group of P_Key 0xffff.
@@ -648,13 +741,15 @@ fn multicast(a: &Endpoint, b: &Endpoint) -> Result {
     let member = Ipv6McMembership::join(&ndev, &MGID.0)?;
     b.qp.attach_mcast(&MGID, 0)?;
     let mac = [0x33, 0x33, MGID.0[12], MGID.0[13], MGID.0[14], MGID.0[15]];
-    let ah = AddressHandle::new(&a.pd, &AhAttr::roce(PORT, 0, &MGID, 64, mac))?;
+    let ah =
+        a.qp.address_handle(&AhAttr::roce(PORT, 0, &MGID, 64, mac))?;
     a.send(&ah, MULTICAST_QPN, QKEY, 21)?;
     receive_one(b, a.qp.qp_num(), 21)?;
     // The same group through the member record RoCE builds locally for it.
     let port_gid = GidAttr::get(&a.device, PORT, 0)?;
     let rec = McMemberRecord::roce(&MGID, &port_gid, QKEY, Mtu::Mtu1024, 64);
-    let rec_ah = AddressHandle::new(&a.pd, &AhAttr::from_mcmember(&a.device, PORT, &rec)?)?;
+    let rec_ah =
+        a.qp.address_handle(&AhAttr::from_mcmember(&a.device, PORT, &rec)?)?;
     a.send(&rec_ah, MULTICAST_QPN, rec.qkey(), 22)?;
     receive_one(b, a.qp.qp_num(), 22)?;
     b.qp.detach_mcast(&MGID, 0)?;
@@ -683,12 +778,12 @@ fn path_ah(a: &Endpoint, b: &Endpoint) -> Result {
     }
     let path = PathRecord::roce_v2(&a.gid, &b.gid, Mtu::Mtu1024, [0; 6]);
     let with_sgid = AhAttr::from_path(&a.device, PORT, &path, Some(&sgid))?;
-    let ah = AddressHandle::new(&a.pd, &with_sgid)?;
+    let ah = a.qp.address_handle(&with_sgid)?;
     a.send(&ah, b.qp.qp_num(), QKEY, 13)?;
     receive_one(b, a.qp.qp_num(), 13)?;
     // Without a GID attribute the path's source GID is looked up in the table.
     let looked_up = AhAttr::from_path(&a.device, PORT, &path, None)?;
-    let ah = AddressHandle::new(&a.pd, &looked_up)?;
+    let ah = a.qp.address_handle(&looked_up)?;
     a.send(&ah, b.qp.qp_num(), QKEY, 15)?;
     receive_one(b, a.qp.qp_num(), 15)
 }
@@ -1157,7 +1252,7 @@ fn run(report: &mut Report) -> Result {
     );
     report.check(
         "queue pair changes the transport does not take refused (EINVAL): RTS from RESET, INIT without a Q_Key, access flags on UD; a send before RTS refused, nothing left held",
-        qp_changes(&a, &ah),
+        qp_changes(&a, &b),
     );
     report.check(
         "slots: a receive beyond them refused (ENOSPC); after a reset a completion of before it takes nothing, the next datagram lands in the new buffer",
@@ -1172,8 +1267,16 @@ fn run(report: &mut Report) -> Result {
         skb_send(&a, &b, &ah),
     );
     report.check(
-        "posts refused (EINVAL): a receive into a buffer mapped for sending, or another device's, a send through another domain's address handle",
+        "posts refused (EINVAL): a receive into a buffer mapped for sending, or another device's, a send through another queue pair's address handle",
         foreign_posts(&a, &b, &ah),
+    );
+    report.check(
+        "an address handle dropped with a send in flight is destroyed only by a reap after that send was taken back; one no send used, by the next reap",
+        handle_waits_for_send(&a, &b),
+    );
+    report.check(
+        "address handles across a reset: the sends it ends are taken back for their handles; a refused post's handle waits for the next send; handles waiting go with their queue pair",
+        handles_across_reset(&a, &b),
     );
 
     // A datagram with another Q_Key must be dropped by the receiver.

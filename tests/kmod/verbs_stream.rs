@@ -18,7 +18,7 @@ use kernel::{
     c_str, new_mutex,
     prelude::*,
     rdma::{
-        ah::{AddressHandle, AhAttr},
+        ah::AhAttr,
         cm::{
             self, CmId, CmIdRef, Event, GidAttr, ListenHandler, Listener, PathRecord, QpState,
             ReqParams, Request,
@@ -457,12 +457,9 @@ fn ud_receiver() -> Result<Tally> {
 fn ud_sender(peer: &Peer) -> Result<Tally> {
     let host = Host::new()?;
     let path = host.path_to(peer.guid)?;
-    let ah = AddressHandle::new(
-        &host.pd,
-        &AhAttr::from_path(&host.device, PORT, &path, None)?,
-    )?;
     let len = ud_mtu(&host)?;
     let qp = ud_qp(&host)?;
+    let ah = qp.address_handle(&AhAttr::from_path(&host.device, PORT, &path, None)?)?;
     send(
         &host,
         len,

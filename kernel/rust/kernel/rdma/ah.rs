@@ -11,12 +11,16 @@ use super::{
     sa::McMemberRecord,
 };
 use crate::{
-    alloc::flags::{GFP_ATOMIC, GFP_KERNEL},
+    alloc::{flags::GFP_KERNEL, KBox},
     bindings,
     error::{code::EINVAL, from_err_ptr, to_result, Result},
-    sync::Arc,
+    prelude::*,
+    sync::{Arc, SpinLockBh},
 };
-use core::ptr::NonNull;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 /// Route attributes for an address handle (`struct rdma_ah_attr`).
 ///
@@ -132,53 +136,83 @@ impl Drop for AhAttr {
     }
 }
 
-/// An address handle (`struct ib_ah`): the destination of UD sends.
+/// An address handle (`struct ib_ah`): the destination of UD sends, made for one UD queue
+/// pair ([`QueuePair::address_handle`]) and usable only with it.
 ///
-/// Shared through [`Arc`]: queue pairs keep the handle of each send until it completes.
-/// Dropping the last reference may sleep (it may release the protection domain's last
-/// reference, and some providers, rxe among them, take locks that softirq context must not
-/// take): let it go in process context, as a work item does.
+/// Sends take no reference to it. As the C IPoIB driver does with `ah->last_send` and its
+/// list of dead handles, each send through the handle records its number here, and when the
+/// last reference goes the C object is kept by the queue pair until that send was taken
+/// back; [`QueuePair::reap_address_handles`] then destroys it, in process context, as some
+/// providers (rxe) need. While the queue pair lives, dropping a handle is therefore cheap
+/// and allowed in any context but hard interrupts; once it is gone, a handle is destroyed
+/// when dropped, which must then be in process context.
+///
+/// [`QueuePair::address_handle`]: super::qp::QueuePair::address_handle
+/// [`QueuePair::reap_address_handles`]: super::qp::QueuePair::reap_address_handles
 ///
 /// # Invariants
 ///
-/// `ah` was returned by `rdma_create_ah` in `pd` and is destroyed only in `drop`.
+/// `ah` is the C object `remains` owns, which is `Some` until `drop`. `last_send` is at
+/// least the number `clock` gave the last send posted through it (0 for none): a post the
+/// device refused leaves the number the next send gets.
 pub struct AddressHandle {
     ah: NonNull<bindings::ib_ah>,
-    pd: Arc<ProtectionDomain>,
+    last_send: AtomicU64,
+    clock: Arc<SendClock>,
+    remains: Option<KBox<Remains>>,
 }
 
 // SAFETY: The core allows address handles to be used and destroyed from any thread.
 unsafe impl Send for AddressHandle {}
-// SAFETY: Shared use only passes the pointer to the core.
+// SAFETY: Shared use only passes the pointer to the core and stores a send number atomically;
+// `remains` is reached by `drop` alone.
 unsafe impl Sync for AddressHandle {}
 
 impl AddressHandle {
-    /// Creates an address handle in `pd` for `attr`. May sleep.
-    pub fn new(pd: &Arc<ProtectionDomain>, attr: &AhAttr) -> Result<Arc<Self>> {
-        Self::create(
-            pd,
-            attr,
-            bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE,
-        )
-    }
-
-    /// Creates an address handle in `pd` for `attr` without sleeping, e.g. on the transmit
-    /// path.
-    pub fn new_atomic(pd: &Arc<ProtectionDomain>, attr: &AhAttr) -> Result<Arc<Self>> {
-        Self::create(pd, attr, 0)
-    }
-
-    fn create(pd: &Arc<ProtectionDomain>, attr: &AhAttr, flags: u32) -> Result<Arc<Self>> {
+    /// Creates an address handle for `attr` in `pd`, for the queue pair `clock` numbers the
+    /// sends of. May sleep.
+    pub(crate) fn new(
+        pd: &Arc<ProtectionDomain>,
+        clock: &Arc<SendClock>,
+        attr: &AhAttr,
+    ) -> Result<Arc<Self>> {
         let mut raw = attr.0;
+        // Allocated first: nothing to undo if it fails.
+        let mut remains = KBox::new(
+            Remains {
+                ah: None,
+                _pd: pd.clone(),
+                last_send: 0,
+                may_sleep: false,
+                next: None,
+            },
+            GFP_KERNEL,
+        )?;
         // SAFETY: `pd` is valid; `raw` is a valid attribute set, copied so the core may fill in
         // (and release again) its GID attribute; a GID attribute already set stays referenced
         // by `attr` during the call, and the core takes its own reference if it keeps it; the
-        // flags tell the core whether it may sleep.
-        let ah = from_err_ptr(unsafe { bindings::rdma_create_ah(pd.as_raw(), &mut raw, flags) })?;
+        // flag lets the core sleep.
+        let ah = from_err_ptr(unsafe {
+            bindings::rdma_create_ah(
+                pd.as_raw(),
+                &mut raw,
+                bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE,
+            )
+        })?;
         let ah = NonNull::new(ah).ok_or(EINVAL)?;
-        // INVARIANT: `ah` was just created in `pd`.
-        let gfp = if flags == 0 { GFP_ATOMIC } else { GFP_KERNEL };
-        Ok(Arc::new(Self { ah, pd: pd.clone() }, gfp)?)
+        // INVARIANT: `ah` was just created in `pd`; `remains` owns it from here on.
+        remains.ah = Some(ah);
+        // INVARIANT: no send went through it yet. Should the allocation fail, the handle is
+        // dropped, and its object destroyed by the next reap.
+        Ok(Arc::new(
+            Self {
+                ah,
+                last_send: AtomicU64::new(0),
+                clock: clock.clone(),
+                remains: Some(remains),
+            },
+            GFP_KERNEL,
+        )?)
     }
 
     #[inline]
@@ -186,17 +220,228 @@ impl AddressHandle {
         self.ah.as_ptr()
     }
 
-    /// The protection domain the handle was made in.
+    /// Whether sends through the handle are numbered by `clock` (the handle was made for
+    /// the queue pair that owns it).
     #[inline]
-    pub(crate) fn pd(&self) -> &ProtectionDomain {
-        &self.pd
+    pub(crate) fn is_of(&self, clock: &SendClock) -> bool {
+        core::ptr::eq(&*self.clock, clock)
+    }
+
+    /// Records that the send numbered `serial` goes through the handle (under the queue
+    /// pair's posting lock, so the numbers stored only grow).
+    #[inline]
+    pub(crate) fn mark_sent(&self, serial: u64) {
+        self.last_send.store(serial, Ordering::Relaxed);
     }
 }
 
 impl Drop for AddressHandle {
     fn drop(&mut self) {
-        // SAFETY: `ah` is valid and destroyed only here. (Without the sleepable flag the
-        // core itself does not sleep; see the type's documentation for the provider.)
-        unsafe { bindings::rdma_destroy_ah_user(self.ah.as_ptr(), 0, core::ptr::null_mut()) };
+        if let Some(mut remains) = self.remains.take() {
+            remains.last_send = *self.last_send.get_mut();
+            self.clock.bury(remains);
+        }
+    }
+}
+
+/// The C object of an address handle whose last reference went, with what it needs, until
+/// no send uses it: an entry of a [`SendClock`]'s list.
+///
+/// # Invariants
+///
+/// `ah`, once set, was returned by `rdma_create_ah` in `pd` and is destroyed only in `drop`.
+struct Remains {
+    ah: Option<NonNull<bindings::ib_ah>>,
+    /// The domain the object was made in, alive until it is destroyed.
+    _pd: Arc<ProtectionDomain>,
+    /// At least the number of the last send posted through the handle.
+    last_send: u64,
+    /// Destroyed in process context: the core may sleep.
+    may_sleep: bool,
+    next: Option<KBox<Remains>>,
+}
+
+impl Drop for Remains {
+    fn drop(&mut self) {
+        // The rest of the list goes one by one, not by recursion (thousands of handles may
+        // go at once).
+        let mut next = self.next.take();
+        while let Some(mut r) = next {
+            next = r.next.take();
+            r.may_sleep = self.may_sleep;
+            drop(r);
+        }
+        let Some(ah) = self.ah else {
+            return;
+        };
+        let flags = if self.may_sleep {
+            bindings::rdma_destroy_ah_flags_RDMA_DESTROY_AH_SLEEPABLE
+        } else {
+            0
+        };
+        // SAFETY: `ah` is valid and destroyed only here (type invariant); the domain it was
+        // made in is still referenced; the flags tell the core whether it may sleep. The
+        // core's result is not acted on: the object is unusable either way (C ignores it
+        // too).
+        unsafe { bindings::rdma_destroy_ah_user(ah.as_ptr(), flags, core::ptr::null_mut()) };
+    }
+}
+
+// SAFETY: The core allows address handles to be destroyed from any thread.
+unsafe impl Send for Remains {}
+
+/// Whether the queue pair a [`SendClock`] numbers the sends of still exists.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// It exists: handles wait for their last send to be taken back.
+    Live,
+    /// It was destroyed: no send is in flight any more.
+    Destroyed,
+    /// Its destroy failed: the device may still read every handle, which is never freed.
+    Leaked,
+}
+
+/// Handles waiting for their last send.
+struct Graves {
+    head: Option<KBox<Remains>>,
+    len: usize,
+    owner: Owner,
+}
+
+/// The numbering of a UD queue pair's sends and the address handles waiting on it.
+///
+/// Sends are numbered from 1 as the device takes them, and counted as they are taken back,
+/// by their completion or by a reset of the queue pair. A send queue completes in order
+/// (InfiniBand Architecture Specification, 10.8.3: work requests on a queue complete in the
+/// order they were submitted), and a reset ends every send in flight: so when `n` sends
+/// were taken back, sends 1 to `n` are over, and a handle whose last send is at most `n`
+/// is used by none.
+///
+/// # Invariants
+///
+/// `completed` is at most the number of sends that are over, and those are the first ones
+/// posted: it grows only as sends are taken back, each once.
+#[pin_data]
+pub(crate) struct SendClock {
+    completed: AtomicU64,
+    #[pin]
+    graves: SpinLockBh<Graves>,
+}
+
+impl SendClock {
+    /// A clock of no send, for a new queue pair.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                completed: AtomicU64::new(0),
+                graves <- crate::new_spinlock_bh!(
+                    Graves {
+                        head: None,
+                        len: 0,
+                        owner: Owner::Live,
+                    },
+                    "SendClock::graves"
+                ),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// `n` sends were taken back (from the queue pair only: by completions, or by a reset
+    /// once the device dropped them).
+    #[inline]
+    pub(crate) fn taken_back(&self, n: u64) {
+        // INVARIANT: the caller took back `n` sends, each once.
+        self.completed.fetch_add(n, Ordering::Release);
+    }
+
+    /// Keeps `remains` until its last send was taken back; at once gone if the queue pair
+    /// is (leaked if the queue pair's destroy failed).
+    fn bury(&self, mut remains: KBox<Remains>) {
+        let mut graves = self.graves.lock();
+        match graves.owner {
+            Owner::Live => {
+                remains.next = graves.head.take();
+                graves.head = Some(remains);
+                graves.len += 1;
+            }
+            Owner::Destroyed => {
+                drop(graves);
+                // Destroyed here, with no lock held.
+                drop(remains);
+            }
+            Owner::Leaked => core::mem::forget(remains),
+        }
+    }
+
+    /// Destroys the handles whose last send was taken back; returns how many. Process
+    /// context: some providers sleep or take locks softirqs take when destroying one.
+    pub(crate) fn reap(&self) -> usize {
+        let mut list = {
+            let mut graves = self.graves.lock();
+            graves.len = 0;
+            graves.head.take()
+        };
+        let done = self.completed.load(Ordering::Acquire);
+        let (mut kept, mut kept_len, mut dead, mut reaped) = (None, 0, None, 0);
+        while let Some(mut r) = list {
+            list = r.next.take();
+            if r.last_send <= done {
+                r.next = dead.take();
+                dead = Some(r);
+                reaped += 1;
+            } else {
+                r.next = kept.take();
+                kept = Some(r);
+                kept_len += 1;
+            }
+        }
+        if kept.is_some() {
+            // The handles still in use go back, with any buried meanwhile (few).
+            let mut graves = self.graves.lock();
+            let mut newer = graves.head.take();
+            while let Some(mut r) = newer {
+                newer = r.next.take();
+                r.next = kept.take();
+                kept = Some(r);
+            }
+            graves.head = kept;
+            graves.len += kept_len;
+        }
+        if let Some(r) = dead.as_mut() {
+            r.may_sleep = true;
+        }
+        // Destroyed here, with no lock held.
+        drop(dead);
+        reaped
+    }
+
+    /// How many handles wait for a send to be taken back (or for a reap).
+    pub(crate) fn waiting(&self) -> usize {
+        self.graves.lock().len
+    }
+
+    /// The queue pair is gone (process context): `destroyed` if the device accesses none of
+    /// its work any more, and the handles waiting go; otherwise they are leaked, as those
+    /// dropped later.
+    pub(crate) fn close(&self, destroyed: bool) {
+        let mut list = {
+            let mut graves = self.graves.lock();
+            graves.owner = if destroyed {
+                Owner::Destroyed
+            } else {
+                Owner::Leaked
+            };
+            graves.len = 0;
+            graves.head.take()
+        };
+        if !destroyed {
+            core::mem::forget(list);
+            return;
+        }
+        if let Some(r) = list.as_mut() {
+            r.may_sleep = true;
+        }
+        drop(list);
     }
 }

@@ -11,7 +11,7 @@
 //! happens before its buffers are freed.
 
 use super::{
-    ah::AddressHandle,
+    ah::{AddressHandle, AhAttr, SendClock},
     cq::{QpId, RawCompletionQueue, WorkCompletion},
     device::{Device, Gid},
     dma::{DmaBuffer, RecvSkb, ScatterBuffer, SkbMapping, MAX_SKB_SEGMENTS},
@@ -167,10 +167,10 @@ impl Sent {
     }
 }
 
-/// A send posted, with what must live until it completes.
+/// A send posted, with what must live until it completes (its address handle waits for it
+/// through the queue pair's [`SendClock`]).
 struct SendSlot {
     payload: Payload,
-    _ah: Option<Arc<AddressHandle>>,
 }
 
 /// What sends are posted with, kept under the queue pair's posting lock: the resets under
@@ -187,6 +187,8 @@ struct SendSlot {
 struct Poster {
     /// Resets under way, during which sends are refused.
     resets: u32,
+    /// Sends posted so far: the last one's number (see [`SendClock`]).
+    posted: u64,
     wr: bindings::ib_ud_wr,
     sges: [MaybeUninit<bindings::ib_sge>; MAX_SKB_SEGMENTS],
 }
@@ -203,6 +205,7 @@ impl Poster {
         wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         Self {
             resets: 0,
+            posted: 0,
             wr,
             sges: [const { MaybeUninit::uninit() }; MAX_SKB_SEGMENTS],
         }
@@ -643,7 +646,11 @@ impl QpChange {
 /// request posted (or about to be) with that `wr_id` and not completed through this
 /// object; during a reset, also of requests the device dropped, whose `wr_id` carries the
 /// serial before it was renewed. While `posting` counts a reset, no send is posted; while
-/// `recv_posting` does, no receive.
+/// `recv_posting` does, no receive. `clock` is `Some` for a UD queue pair only: every send
+/// posted through an address handle is numbered `posting.posted + 1` and has that number
+/// stored in the handle before the device sees it, `posting.posted` counts the sends the
+/// device took, and the clock counts each send taken back out of `send` once, by its
+/// completion or by a reset.
 #[pin_data(PinnedDrop)]
 pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     qp: NonNull<bindings::ib_qp>,
@@ -661,6 +668,8 @@ pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     /// What each send in flight carries; the completion path (NAPI on another CPU) takes
     /// it back without waiting for a post in progress.
     send: WorkSlots<SendSlot>,
+    /// Numbers the sends for the address handles made for this queue pair (UD).
+    clock: Option<Arc<SendClock>>,
     recv: RecvRing<B>,
     /// Multicast groups attached, left before the queue pair is destroyed.
     #[pin]
@@ -797,9 +806,13 @@ impl<B: RecvBuffer> QueuePair<B> {
         }
         let rings = WorkSlots::new(caps.max_send_wr).and_then(|send| {
             let recv = RecvRing::new(if srq.is_some() { 0 } else { caps.max_recv_wr })?;
-            Ok((send, recv))
+            let clock = match qp_type {
+                QpType::Ud => Some(SendClock::new()?),
+                _ => None,
+            };
+            Ok((send, recv, clock))
         });
-        let (send, recv) = match rings {
+        let (send, recv, clock) = match rings {
             Ok(rings) => rings,
             Err(e) => {
                 free_events(events);
@@ -836,6 +849,7 @@ impl<B: RecvBuffer> QueuePair<B> {
                 SpinLockBh::new(0, name, key)
             },
             send,
+            clock,
             recv,
             mcast <- {
                 let [_, _, (name, key)] = qp_lock_classes();
@@ -864,6 +878,25 @@ impl<B: RecvBuffer> QueuePair<B> {
     pub fn qp_num(&self) -> u32 {
         // SAFETY: By the type invariant `qp` is valid; `qp_num` is fixed at creation.
         unsafe { (*self.qp.as_ptr()).qp_num }
+    }
+
+    /// Makes an address handle for `attr`, for sends of this queue pair only (UD; `EINVAL`
+    /// for another transport). May sleep.
+    pub fn address_handle(&self, attr: &AhAttr) -> Result<Arc<AddressHandle>> {
+        let clock = self.clock.as_ref().ok_or(EINVAL)?;
+        AddressHandle::new(&self.pd, clock, attr)
+    }
+
+    /// Destroys the address handles made for this queue pair that were dropped and that no
+    /// send in flight uses; returns how many. Process context: the others wait for the
+    /// next call, or for the queue pair's destruction.
+    pub fn reap_address_handles(&self) -> usize {
+        self.clock.as_ref().map_or(0, |c| c.reap())
+    }
+
+    /// How many dropped address handles wait for a send in flight (or for a reap).
+    pub fn address_handles_waiting(&self) -> usize {
+        self.clock.as_ref().map_or(0, |c| c.waiting())
     }
 
     /// The name completions of this queue pair carry ([`WorkCompletion::qp_id`]).
@@ -993,11 +1026,17 @@ impl<B: RecvBuffer> QueuePair<B> {
         let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
         self.send.renew();
+        let mut discarded = 0;
         self.send.drain(|mut slot| {
+            discarded += 1;
             if let Some(sent) = slot.payload.take_sent() {
                 send_back(sent);
             }
         });
+        // Every send in flight is over: their address handles may go.
+        if let Some(clock) = &self.clock {
+            clock.taken_back(discarded);
+        }
         // SAFETY: In RESET the device holds no request and accesses no posted buffer; the
         // caller counted the reset in `recv_posting`, so no receive is being posted.
         unsafe { self.recv.discard_all(recv_back) };
@@ -1049,7 +1088,7 @@ impl<B: RecvBuffer> QueuePair<B> {
         &self,
         buf: DmaBuffer,
         len: usize,
-        ah: &Arc<AddressHandle>,
+        ah: &AddressHandle,
         remote_qpn: u32,
         remote_qkey: u32,
     ) -> Result {
@@ -1077,7 +1116,7 @@ impl<B: RecvBuffer> QueuePair<B> {
         &self,
         skb: SkBuff,
         offset: u32,
-        ah: &Arc<AddressHandle>,
+        ah: &AddressHandle,
         remote_qpn: u32,
         remote_qkey: u32,
     ) -> Result {
@@ -1102,7 +1141,7 @@ impl<B: RecvBuffer> QueuePair<B> {
         &self,
         buf: DmaBuffer,
         len: usize,
-        ud: Option<(&Arc<AddressHandle>, u32, u32)>,
+        ud: Option<(&AddressHandle, u32, u32)>,
     ) -> Result {
         let len = match u32::try_from(len) {
             Ok(l) if len <= buf.len() && buf.usable_by(self.pd.device(), false) => l,
@@ -1121,7 +1160,7 @@ impl<B: RecvBuffer> QueuePair<B> {
         &self,
         mut skb: SkBuff,
         offset: u32,
-        ud: Option<(&Arc<AddressHandle>, u32, u32)>,
+        ud: Option<(&AddressHandle, u32, u32)>,
     ) -> Result {
         // More fragments than the device gathers: copy them into the linear part first.
         if SkbMapping::segments(&skb, offset) > self.max_send_sge {
@@ -1142,16 +1181,19 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Posts a signalled send of what `payload` makes. The payload is made in the request's
     /// slot, before the device sees the request, so that its completion finds it whenever it
     /// comes; it is mapped there, never moved. A request that cannot be posted has its
-    /// payload freed (`EINVAL` for an address handle of another protection domain, or while
+    /// payload freed (`EINVAL` for an address handle made for another queue pair, or while
     /// the queue pair is being reset; `ENOSPC` when every slot is in use).
     #[inline]
     fn post_wr(
         &self,
         payload: impl FnOnce() -> Payload,
-        ud: Option<(&Arc<AddressHandle>, u32, u32)>,
+        ud: Option<(&AddressHandle, u32, u32)>,
     ) -> Result {
-        if ud.is_some_and(|(ah, _, _)| ah.pd().as_raw() != self.pd.as_raw()) {
-            return Err(EINVAL);
+        // A handle made for another queue pair is not numbered by this one's clock.
+        if let Some((ah, _, _)) = ud {
+            if !self.clock.as_ref().is_some_and(|c| ah.is_of(c)) {
+                return Err(EINVAL);
+            }
         }
         let qp = self.qp.as_ptr();
         // SAFETY: `qp` is valid, and so its device, whose operations are set while it is
@@ -1173,15 +1215,14 @@ impl<B: RecvBuffer> QueuePair<B> {
             drop(payload);
             return Err(e);
         };
-        let Poster { wr, sges, .. } = &mut *poster;
+        let Poster {
+            wr, sges, posted, ..
+        } = &mut *poster;
         // Only the entries the payload has are written (`Payload::map`).
         let limit = self.max_send_sge.min(sges.len());
         let sges = &mut sges[..limit];
         let filled = claim.fill_with(|place| {
-            let slot = place.insert(SendSlot {
-                payload: payload(),
-                _ah: ud.map(|(ah, _, _)| ah.clone()),
-            });
+            let slot = place.insert(SendSlot { payload: payload() });
             slot.payload.map(lkey, sges)
         });
         let (wr_id, num_sge) = match filled {
@@ -1198,7 +1239,10 @@ impl<B: RecvBuffer> QueuePair<B> {
         wr.wr.sg_list = sges.as_mut_ptr().cast();
         // At most `MAX_SKB_SEGMENTS` entries, a small constant.
         wr.wr.num_sge = num_sge as c_int;
+        let serial = *posted + 1;
         if let Some((ah, remote_qpn, remote_qkey)) = ud {
+            // Before the device sees the send: the handle is not destroyed until it is over.
+            ah.mark_sent(serial);
             wr.ah = ah.as_raw();
             wr.remote_qpn = remote_qpn;
             wr.remote_qkey = remote_qkey;
@@ -1208,18 +1252,24 @@ impl<B: RecvBuffer> QueuePair<B> {
         // part an RC queue pair reads; the rest was set at creation) and the first `num_sge`
         // entries of `sges` (written by `Payload::map`, which returned their number, no more
         // than the slice holds) are valid for the call; the memory they describe is owned by
-        // the payload in the request's slot, with the address handle, which only this
-        // request's completion takes out (no reset runs while `posting` is held), or the
-        // failure below. Called as `ib_post_send` (inline in C) calls it.
+        // the payload in the request's slot, which only this request's completion takes out
+        // (no reset runs while `posting` is held), or the failure below; the address handle,
+        // made for this queue pair (checked above), holds this send's number (stored above)
+        // and is not destroyed before this queue pair's clock counts that many sends taken
+        // back, which is after this one is over (`SendClock`). Called as `ib_post_send`
+        // (inline in C) calls it.
         let ret = unsafe { post_send(qp, &wr.wr, &mut bad) };
         if ret != 0 {
             // Not posted: no completion names the slot, and no reset runs, so it still
-            // holds the payload.
+            // holds the payload. Its number goes to the next send, which the handle's
+            // destruction then waits for.
             let refused = self.send.take(wr_id);
             drop(poster);
             drop(refused);
             return to_result(ret);
         }
+        // INVARIANT: the device took the send numbered `serial`.
+        *posted = serial;
         Ok(())
     }
 
@@ -1252,6 +1302,10 @@ impl<B: RecvBuffer> QueuePair<B> {
             .send
             .take_with(wc.wr_id(), |slot| slot.payload.take_sent())?;
         wc.consume();
+        // INVARIANT: the send was taken back, once.
+        if let Some(clock) = &self.clock {
+            clock.taken_back(1);
+        }
         sent
     }
 }
@@ -1277,11 +1331,18 @@ impl<B: RecvBuffer> PinnedDrop for QueuePair<B> {
             );
             self.recv.leak_all();
             self.send.drain(core::mem::forget);
+            if let Some(clock) = &self.clock {
+                clock.close(false);
+            }
             core::mem::forget(self.pd.clone());
             core::mem::forget(self.srq.clone());
             core::mem::forget(self.send_cq.clone());
             core::mem::forget(self.recv_cq.clone());
             return;
+        }
+        // No send is in flight any more: the address handles waiting go.
+        if let Some(clock) = &self.clock {
+            clock.close(true);
         }
         if let Some(p) = self.events {
             // SAFETY: By the type invariant `p` came from `KBox::into_raw`; the queue pair that

@@ -7,7 +7,7 @@
 # rxe1 with its payload, length and source QPN checked; a completion used up once its buffer
 # is taken back (completing it again takes nothing); refused with EINVAL: a queue pair
 # mixing two devices' objects, a buffer mapped for sending posted as a receive, another
-# device's buffer, another domain's address handle, and queue pair changes the transport
+# device's buffer, another queue pair's address handle, and queue pair changes the transport
 # does not take (RTS from RESET, INIT without a Q_Key, access flags on UD); a send the
 # device refuses (posted in INIT) freed, its slot emptied; a wrong Q_Key dropped; posted
 # buffers flushed back on error; objects released out of order; address handles from a RoCE
@@ -19,7 +19,10 @@
 # (the kernel crate reads them through C helpers: bindgen's accessor for the REQ's reads two
 # padding bits and the field's lowest bit); a receive beyond the queue pair's slots refused;
 # a completion from before a reset taking nothing afterwards; a datagram received into an
-# skb is its data where it landed (an skb with fragments or without tailroom refused).
+# skb is its data where it landed (an skb with fragments or without tailroom refused); an
+# address handle dropped with a send in flight destroyed only by a reap after the send was
+# taken back, by its completion or by a reset (a refused post's handle waiting for the next
+# send).
 #
 # Exactly CHECKS checks (below) must report (a run that stops early fails one), and none of
 # its PDs, CQs, QPs or MRs may be left in `rdma res`.
@@ -47,7 +50,7 @@ if echo "$results" | grep -q '^not ok'; then
 	done
 fi
 # Every check the module has, once each: a run that stopped early reports fewer.
-CHECKS=27
+CHECKS=29
 ipoib_check "$SELFTEST reported all its $CHECKS checks" eval "echo \"\$results\" | grep -qx \"1..$cases\" && [ $cases = $CHECKS ]"
 # Its objects, released in and out of creation order, are all gone once it has run. (The
 # RDMA core keeps an owner's name to 15 characters.)
