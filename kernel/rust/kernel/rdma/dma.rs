@@ -755,9 +755,17 @@ impl SkbMapping {
         self.skb.take()
     }
 
-    /// Ends every mapping recorded and forgets it.
+    /// Ends every mapping recorded and forgets it. Inline only when nothing is recorded, as
+    /// when a send's slot is dropped after its completion took the skb out.
     #[inline]
     fn unmap(&mut self) {
+        if self.head_len != 0 || self.mapped != 0 {
+            self.unmap_recorded();
+        }
+    }
+
+    #[inline(never)]
+    fn unmap_recorded(&mut self) {
         // SAFETY: The device is valid (type invariant).
         if unsafe { uses_virt_dma(self.device) } {
             // Nothing to end: the addresses are the memory's own.
