@@ -1248,16 +1248,15 @@ impl<B: RecvBuffer> QueuePair<B> {
             wr.remote_qkey = remote_qkey;
         }
         let mut bad = core::ptr::null();
+        // What the request points to outlives the send: the payload stays in the request's
+        // slot, which only this request's completion takes out (no reset runs while
+        // `posting` is held) or the failure below; the address handle, made for this queue
+        // pair (checked above), holds this send's number (stored above) and is not destroyed
+        // before this queue pair's clock counts that many sends taken back (`SendClock`).
         // SAFETY: `qp` is valid; `wr` (whose first member is the generic request, the only
-        // part an RC queue pair reads; the rest was set at creation) and the first `num_sge`
-        // entries of `sges` (written by `Payload::map`, which returned their number, no more
-        // than the slice holds) are valid for the call; the memory they describe is owned by
-        // the payload in the request's slot, which only this request's completion takes out
-        // (no reset runs while `posting` is held), or the failure below; the address handle,
-        // made for this queue pair (checked above), holds this send's number (stored above)
-        // and is not destroyed before this queue pair's clock counts that many sends taken
-        // back, which is after this one is over (`SendClock`). Called as `ib_post_send`
-        // (inline in C) calls it.
+        // part an RC queue pair reads) and the first `num_sge` entries of `sges` (written by
+        // `Payload::map`) are valid for the call, and so is what they describe (see above).
+        // Called as `ib_post_send` (inline in C) calls it.
         let ret = unsafe { post_send(qp, &wr.wr, &mut bad) };
         if ret != 0 {
             // Not posted: no completion names the slot, and no reset runs, so it still
