@@ -262,7 +262,7 @@ impl TxConnection {
             bump(&c.tx_dropped, 1);
             return;
         }
-        if !self.shared().credits.take(dev) {
+        if self.shared().credits.take(dev).is_none() {
             bump(&c.tx_dropped, 1);
             return;
         }

@@ -5,6 +5,13 @@
 //! NAPI, sends straight from the packets' memory (bounded by the interface's send credits),
 //! and the recovery of a failed queue pair.
 //!
+//! Send completions are reaped in batches, where C reaps each in a NAPI round of its own:
+//! the transmit path reaps them itself every [`REAP_AT`] sends, and NAPI reaps what is left
+//! [`TAIL_MS`] after it last found some (the tail work item), or as soon as one comes when it
+//! last found none or the queue is stopped (the send CQ is armed then). Every NAPI reap ends
+//! with the CQ armed or the tail work item queued, so no completion waits for ever;
+//! meanwhile a completed send only holds its packet's memory and its credit.
+//!
 //! Which packets come here, and through which address handle, the interface decides
 //! (`interface.rs`). The receive CQ also completes connected mode's receives: those are
 //! handed back to the caller of [`UdDatapath::poll_recvs`].
@@ -36,7 +43,11 @@ use kernel::{
         qp::{QpCaps, QpChange, QpType, QueuePair, State},
     },
     sync::{Arc, ArcBorrow},
-    workqueue::{self, impl_has_work, new_work, Work, WorkItem},
+    time::msecs_to_jiffies,
+    workqueue::{
+        self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
+        WorkItem,
+    },
 };
 
 /// Largest IB MTU: payloads of up to 4096 bytes after the GRH space.
@@ -65,6 +76,17 @@ pub(crate) type Completions = [WorkCompletion; POLL_BATCH];
 
 /// The work item that brings a failed queue pair back.
 const RECOVER_WORK: u64 = 0;
+/// The delayed work item that has NAPI reap the sends completed since its last reap.
+const TAIL_WORK: u64 = 1;
+
+/// Sends after which the transmit path reaps send completions itself, at most: a batch is
+/// likely there by then. A ring of fewer sends reaps every half ring.
+const REAP_AT: u32 = 32;
+/// Completions reaped per CQ poll call on the transmit path (whose stack is deep already).
+const XMIT_POLL_BATCH: usize = 8;
+/// How long after NAPI last found completed sends it looks again, in ms: while sends go
+/// on, a round every few milliseconds instead of one per send.
+const TAIL_MS: u32 = 10;
 
 /// Scatter/gather entries a send asks for: a packet's linear part and each of its page
 /// fragments, as far as `device` takes them (beyond, packets are linearised).
@@ -129,12 +151,20 @@ pub(crate) struct UdDatapath {
     /// Sends in flight on the interface, shared with connected mode.
     credits: Arc<SendCredits>,
     counters: Arc<Counters>,
+    /// Every how many sends [`UdDatapath::post`] reaps completions first, and how many it
+    /// posted since it last did: a hint only, read and written without exclusion (NAPI's
+    /// held-packet sends may race the transmit path's).
+    reap_at: u32,
+    posts: AtomicU32,
     /// NAPI saw a failed send or an unexpected flush: the queue pair may have failed.
     recovery_due: AtomicBool,
     /// Brings a failed queue pair back (a device may fail it when a send finds the port
     /// down; rxe does).
     #[pin]
     recover_work: Work<UdDatapath, RECOVER_WORK>,
+    /// Has NAPI reap the sends completed since it last found some.
+    #[pin]
+    tail_work: DelayedWork<UdDatapath, TAIL_WORK>,
 }
 
 /// Makes a fresh skb (of `recv_skb_len` bytes) a receive buffer.
@@ -230,8 +260,11 @@ impl UdDatapath {
                 qp,
                 credits,
                 counters,
+                reap_at: (send_ring / 2).clamp(1, REAP_AT),
+                posts: AtomicU32::new(0),
                 recovery_due: AtomicBool::new(false),
                 recover_work <- new_work!("UdDatapath::recover_work"),
+                tail_work <- new_delayed_work!("UdDatapath::tail_work"),
             }),
             GFP_KERNEL,
         )
@@ -346,9 +379,20 @@ impl UdDatapath {
     /// packet's own memory (its size checked by [`Self::sendable`]).
     pub(crate) fn post(&self, mut skb: SkBuff, dest: &HwAddr, ah: &AddressHandle, dev: &NetDevice) {
         let c = &self.counters;
-        if !self.credits.take(dev) {
+        let posts = self.posts.load(Ordering::Relaxed) + 1;
+        if posts < self.reap_at {
+            self.posts.store(posts, Ordering::Relaxed);
+        } else {
+            self.posts.store(0, Ordering::Relaxed);
+            self.reap_in_passing();
+        }
+        let Some(left) = self.credits.take(dev) else {
             bump(&c.tx_dropped, 1);
             return;
+        };
+        if left == 0 {
+            // The queue stopped: NAPI wakes it as soon as completions return credits.
+            self.send_cq.handler().kick();
         }
         // The packet stays ours until its send completes; its socket need not wait (C
         // does the same).
@@ -371,13 +415,46 @@ impl UdDatapath {
         }
     }
 
-    /// Reaps the send completions (from NAPI) if the send CQ fired, then arms it again:
-    /// they free their packets and return their credits; a failed or flushed one has the
-    /// queue pair checked.
-    pub(crate) fn poll_sends(&self, wcs: &mut Completions, tally: &mut Tally<'_>) {
+    /// Reaps the send completions (from NAPI) if the send CQ fired or the tail work item
+    /// asked. If it found some, more are likely on their way: the tail work item has NAPI
+    /// reap them together later. Otherwise, or while the queue is stopped (whose wake must
+    /// not wait), the CQ is armed again.
+    pub(crate) fn poll_sends(
+        self: &Arc<Self>,
+        dev: &NetDevice,
+        wcs: &mut Completions,
+        tally: &mut Tally<'_>,
+    ) {
         if !self.send_cq.handler().take() {
             return;
         }
+        if self.reap_sends(wcs, tally) > 0 && !dev.queue_stopped() {
+            let _ = workqueue::system()
+                .enqueue_delayed::<_, TAIL_WORK>(self.clone(), msecs_to_jiffies(TAIL_MS));
+        } else {
+            cq::rearm(&self.send_cq);
+        }
+    }
+
+    /// Reaps the completed sends from the transmit path, once enough were posted that a batch
+    /// is likely there: one CQ poll for several sends, and no NAPI round for them.
+    #[inline(never)]
+    fn reap_in_passing(&self) {
+        let mut wcs = <[WorkCompletion; XMIT_POLL_BATCH]>::default();
+        let mut tally = Tally::new(&self.counters);
+        self.reap_sends(&mut wcs, &mut tally);
+        if self.recovery_due.load(Ordering::Relaxed) {
+            // Only NAPI schedules the recovery.
+            self.send_cq.handler().kick();
+        }
+    }
+
+    /// Reaps every send completion the send CQ holds, polled `wcs.len()` at a time: they
+    /// free their packets and return their credits; a failed or flushed one has the queue
+    /// pair checked. Returns how many there were.
+    #[inline]
+    fn reap_sends(&self, wcs: &mut [WorkCompletion], tally: &mut Tally<'_>) -> usize {
+        let mut reaped = 0;
         loop {
             let n = self.send_cq.poll(wcs).unwrap_or(0);
             for wc in &mut wcs[..n] {
@@ -407,11 +484,11 @@ impl UdDatapath {
                     status
                 );
             }
-            if n < POLL_BATCH {
-                break;
+            reaped += n;
+            if n < wcs.len() {
+                return reaped;
             }
         }
-        cq::rearm(&self.send_cq);
     }
 
     /// Takes the receive CQ's request for a look (from NAPI): the round that takes it polls
@@ -658,14 +735,29 @@ impl UdDatapath {
         Ok(())
     }
 
-    /// Waits for the recovery work item (once the interface is unregistered, or down).
+    /// Waits for the recovery and tail work items (once the interface is unregistered, or
+    /// down). NAPI may queue the tail work item again until it is disabled: a later flush
+    /// finds it then, and until then a run only schedules NAPI.
     pub(crate) fn flush_work(&self) {
+        self.tail_work.flush();
         self.recover_work.flush();
     }
 }
 
 impl_has_work! {
     impl HasWork<Self, RECOVER_WORK> for UdDatapath { self.recover_work }
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self, TAIL_WORK> for UdDatapath { self.tail_work }
+}
+
+impl WorkItem<TAIL_WORK> for UdDatapath {
+    type Pointer = Arc<UdDatapath>;
+
+    fn run(this: Arc<UdDatapath>) {
+        this.send_cq.handler().kick();
+    }
 }
 
 impl WorkItem<RECOVER_WORK> for UdDatapath {

@@ -32,9 +32,10 @@ impl SendCredits {
         self.stops.load(Ordering::Relaxed)
     }
 
-    /// Takes a credit for one send; stops `dev`'s queue when it was the last. `false` when
-    /// none is left (the queue is then already stopped).
-    pub(crate) fn take(&self, dev: &NetDevice) -> bool {
+    /// Takes a credit for one send and returns how many are left; stops `dev`'s queue when
+    /// it was the last. `None` when none is left (the queue is then already stopped).
+    #[inline]
+    pub(crate) fn take(&self, dev: &NetDevice) -> Option<u32> {
         let taken = self
             .in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
@@ -50,10 +51,10 @@ impl SendCredits {
                 if self.any_idle() {
                     dev.wake_queue();
                 }
-                true
+                Some(0)
             }
-            Ok(_) => true,
-            Err(_) => false,
+            Ok(n) => Some(self.limit - n - 1),
+            Err(_) => None,
         }
     }
 

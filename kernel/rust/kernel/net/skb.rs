@@ -168,11 +168,18 @@ impl SkBuff<Owned> {
         };
     }
 
-    /// Frees the skb as successfully consumed (not counted as a drop).
+    /// Frees the skb as successfully consumed (not counted as a drop). Safe in any context,
+    /// as the drop is: a sent packet may be freed from the transmit path, which netpoll
+    /// calls with interrupts off.
     #[inline]
     pub fn consume(self) {
         // SAFETY: We own the skb; ownership ends here.
-        unsafe { bindings::consume_skb(self.into_raw()) };
+        unsafe {
+            bindings::dev_kfree_skb_any_reason(
+                self.into_raw(),
+                bindings::skb_drop_reason_SKB_CONSUMED,
+            )
+        };
     }
 }
 

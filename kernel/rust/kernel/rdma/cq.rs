@@ -324,6 +324,7 @@ impl WorkCompletion {
 }
 
 impl Default for WorkCompletion {
+    #[inline]
     fn default() -> Self {
         Self::new()
     }

@@ -14,7 +14,8 @@
 # The multicast counter counted as C counts it (5 datagrams to the all-hosts group count, 5
 # broadcasts do not), the same in `ip -s link` as in `ethtool -S`. 1000 IPv4 groups joined
 # at once by sockets (mcast_udp join): all 1000 in debugfs and on the Ethernet device under
-# the port, the last one receiving, all left when the sockets close.
+# the port, the last one receiving, all left when the sockets close. Datagrams sent in
+# a burst and one by one all counted as sent: no send completion is left unreaped.
 #
 # The Ethernet MTU changed under rxe (which changes the port's MTU without an event): at
 # 3000, MTU 2044 can be set and 2000-byte pings go whole; back at 1500 the interfaces come
@@ -30,7 +31,7 @@
 
 NS=ipoibpeer
 
-one_host_begin 17
+one_host_begin 18
 klog_mark
 start_mark=$KLOG_MARK
 # The driver ages its neighbours at the pace of the ARP table's collection: 1 s here.
@@ -68,6 +69,28 @@ multicast_counted() {
 		[ "$(ip netns exec "$NS" ethtool -S "$ib_b" | awk '$1 == "multicast:" { print $2 }')" = "$m2" ]
 }
 ipoib_check "multicast counted (ip -s link, ethtool -S), broadcast not" multicast_counted
+# Send completions are reaped in batches (by the transmit path every 32 sends, by NAPI a few
+# milliseconds after it last found some, or at once when it last found none): every datagram
+# counts as sent soon after it went, none left behind a completion nobody reaps. A burst,
+# then single datagrams 200 ms apart (each after a round that found the one before).
+sent_counted() {
+	local tx0 sent tx1 i ok=0
+	# Unicast goes over a connection in connected mode, the interfaces' first.
+	echo datagram >"/sys/class/net/$ib_a/mode" || return 1
+	tx0=$(cat "/sys/class/net/$ib_a/statistics/tx_packets")
+	sent=$(./udp_flood send 198.51.100.2 9 100 50 | awk '{ print $2 }')
+	for i in 1 2 3 4 5; do
+		sleep 0.2
+		./udp_flood send 198.51.100.2 9 100 1 >/dev/null && sent=$((sent + 1))
+	done
+	wait_for 2 eval '[ $(($(cat /sys/class/net/$ib_a/statistics/tx_packets) - tx0)) -ge 55 ]'
+	tx1=$(cat "/sys/class/net/$ib_a/statistics/tx_packets")
+	echo "$sent datagrams sent: tx_packets +$((tx1 - tx0))"
+	# A few more may be the stack's own.
+	[ "$sent" = 55 ] && [ $((tx1 - tx0)) -ge 55 ] && [ $((tx1 - tx0)) -le 60 ] || ok=1
+	echo connected >"/sys/class/net/$ib_a/mode" && return $ok
+}
+ipoib_check "datagram mode: 50 datagrams in a burst, then 5 one by one, all counted as sent (completions reaped in batches)" sent_counted
 
 # 1000 groups on ib_a's multicast list at once (IPv4 239.1.0.0 to 239.1.3.231, joined by
 # sockets): each is joined (listed in debugfs, its group joined on veth0 under rxe0) and
