@@ -126,15 +126,6 @@ pub(crate) struct TxState {
     pub(crate) link: Option<Arc<TxLink>>,
 }
 
-impl TxState {
-    /// Whether NAPI has work here: completions, or held packets of an established
-    /// connection (held back when the send credits ran out).
-    pub(crate) fn needs_poll(&self) -> bool {
-        self.link.as_ref().is_some_and(|l| l.cq.handler().fired())
-            || (self.phase == TxPhase::Live && !self.held.is_empty())
-    }
-}
-
 /// A connection we send over, to one peer.
 #[pin_data]
 pub(crate) struct TxConnection {

@@ -43,11 +43,6 @@ impl CqEvents {
     pub(crate) fn take(&self) -> bool {
         self.fired.swap(false, Ordering::AcqRel)
     }
-
-    /// Whether NAPI was asked to look.
-    pub(crate) fn fired(&self) -> bool {
-        self.fired.load(Ordering::Acquire)
-    }
 }
 
 impl CompletionHandler for CqEvents {

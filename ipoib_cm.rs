@@ -337,18 +337,19 @@ impl ConnectedMode {
     /// Sends `skb` to `dest` over its transmit connection, made on first use.
     pub(crate) fn xmit(this: ArcBorrow<'_, Self>, skb: SkBuff, dest: &HwAddr, dev: &NetDevice) {
         let key = peer_key(dest);
-        let found = this.tx.lock().get(&key).cloned();
-        let conn = match found {
-            Some(conn) => conn,
-            None => match Self::add_tx(this, key, dest) {
-                Ok(conn) => conn,
-                Err(_) => {
-                    bump(&this.shared.counters.tx_dropped, 1);
-                    return;
-                }
-            },
-        };
-        conn.xmit(skb, dev);
+        {
+            let tx = this.tx.lock();
+            if let Some(conn) = tx.get(&key) {
+                // Sent under the table's lock (taken before a connection's, as everywhere),
+                // which keeps the connection: no reference taken and dropped per packet.
+                conn.xmit(skb, dev);
+                return;
+            }
+        }
+        match Self::add_tx(this, key, dest) {
+            Ok(conn) => conn.xmit(skb, dev),
+            Err(_) => bump(&this.shared.counters.tx_dropped, 1),
+        }
     }
 
     fn add_tx(this: ArcBorrow<'_, Self>, key: PeerKey, dest: &HwAddr) -> Result<Arc<TxConnection>> {
@@ -390,46 +391,15 @@ impl ConnectedMode {
         wcs: &mut [WorkCompletion],
         tally: &mut Tally<'_>,
     ) -> bool {
-        const BATCH: usize = 16;
         // A connection added after this look polls in the round its CQ's event brings.
         if self.tx_count.load(Ordering::Acquire) == 0 {
             return false;
         }
+        // Under the table's lock, inside which a connection's is taken (as everywhere): the
+        // table keeps each connection while it is polled, with no reference taken for it.
         let mut again = false;
-        // The walk goes on after the last peer seen, by key: connections added or removed
-        // meanwhile shift no position, so none after it is missed.
-        let mut after: Option<PeerKey> = None;
-        loop {
-            let mut due: [Option<Arc<TxConnection>>; BATCH] = [const { None }; BATCH];
-            let mut n = 0;
-            let mut more = false;
-            {
-                let tx = self.tx.lock();
-                let start = after;
-                let rest = tx
-                    .iter()
-                    .skip_while(|(key, _)| start.is_some_and(|a| **key <= a));
-                for (key, conn) in rest {
-                    if n == BATCH {
-                        more = true;
-                        break;
-                    }
-                    after = Some(*key);
-                    if conn.state.lock().needs_poll() {
-                        due[n] = Some(conn.clone());
-                        n += 1;
-                    }
-                }
-            }
-            // Only the first `n` entries were filled: each is polled and released once, and
-            // the array, all `None` then, needs no walk to be dropped.
-            for conn in due.iter_mut().take(n).filter_map(Option::take) {
-                again |= conn.poll(dev, wcs, tally);
-            }
-            core::mem::forget(due);
-            if !more {
-                break;
-            }
+        for conn in self.tx.lock().values() {
+            again |= conn.poll(dev, wcs, tally);
         }
         again
     }
