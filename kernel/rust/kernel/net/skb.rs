@@ -577,23 +577,16 @@ impl<O: Ownership> SkBuff<O> {
         unsafe { &*end.cast::<bindings::skb_shared_info>() }
     }
 
-    /// Fragment `index`: its page, the offset of its bytes in that page and their length.
-    /// `None` past the last fragment or for memory that is not a page (device memory).
-    /// Valid while the skb is owned and unchanged.
+    /// The page fragments after the linear part, in order (see [`frag_page`]).
     #[inline]
-    pub(crate) fn frag(&self, index: usize) -> Option<(NonNull<bindings::page>, usize, usize)> {
-        let frag = self.frag_at(index)?;
-        // As `skb_frag_page` (inline in C): a fragment's `netmem` is its page's address,
-        // unless its low bit marks device memory, which has no page.
-        if frag.netmem & bindings::NET_IOV as bindings::netmem_ref != 0 {
-            return None;
-        }
-        let page = frag.netmem as *mut bindings::page;
-        Some((NonNull::new(page)?, frag.offset as usize, frag.len as usize))
+    pub(crate) fn frags(&self) -> &[bindings::skb_frag_t] {
+        let shinfo = self.shinfo();
+        // The first `nr_frags` fragments are initialised.
+        let n = usize::from(shinfo.nr_frags).min(shinfo.frags.len());
+        &shinfo.frags[..n]
     }
 
-    /// The length of fragment `index`, `None` past the last one (what [`Self::frag`] gives
-    /// without looking up the page).
+    /// The length of fragment `index`, `None` past the last one.
     #[inline]
     pub(crate) fn frag_len(&self, index: usize) -> Option<usize> {
         Some(self.frag_at(index)?.len as usize)
@@ -659,4 +652,20 @@ impl<O: Ownership> Drop for SkBuff<O> {
         // SAFETY: The skb is valid and held as `O` says (type invariant); it is dropped.
         unsafe { O::release(self.ptr) };
     }
+}
+
+/// The page fragment `frag` lies in, the offset of its bytes in that page and their
+/// length; `None` for memory that is not a page (device memory). Valid while the skb
+/// the fragment is of is owned and unchanged.
+#[inline]
+pub(crate) fn frag_page(
+    frag: &bindings::skb_frag_t,
+) -> Option<(NonNull<bindings::page>, usize, usize)> {
+    // As `skb_frag_page` (inline in C): a fragment's `netmem` is its page's address,
+    // unless its low bit marks device memory, which has no page.
+    if frag.netmem & bindings::NET_IOV as bindings::netmem_ref != 0 {
+        return None;
+    }
+    let page = frag.netmem as *mut bindings::page;
+    Some((NonNull::new(page)?, frag.offset as usize, frag.len as usize))
 }

@@ -12,7 +12,7 @@ use crate::{
         code::{EINVAL, ENOMEM},
         Result,
     },
-    net::skb::SkBuff,
+    net::skb::{frag_page, SkBuff},
     page::{Page, PAGE_SIZE},
 };
 use core::mem::{ManuallyDrop, MaybeUninit};
@@ -688,8 +688,12 @@ impl SkbMapping {
             return Err(EINVAL);
         };
         Self::check(skb, self.offset)?;
-        let mut out = out.iter_mut();
         let head = skb.data().get(self.offset as usize..).unwrap_or(&[]);
+        let frags = skb.frags();
+        // Room for every segment, checked before anything is mapped: the loop below then
+        // walks the fragments, their records and their entries together.
+        let needed = usize::from(!head.is_empty()) + frags.len();
+        let mut out = out.get_mut(..needed).ok_or(EINVAL)?.iter_mut();
         if !head.is_empty() {
             let length = u32::try_from(head.len()).map_err(|_| EINVAL)?;
             let sge = out.next().ok_or(EINVAL)?;
@@ -707,10 +711,10 @@ impl SkbMapping {
             (self.head_addr, self.head_len) = (addr, length);
             sge.write(bindings::ib_sge { addr, length, lkey });
         }
-        for (index, slot) in self.frags.iter_mut().enumerate().take(skb.nr_frags()) {
-            let (page, offset, len) = skb.frag(index).ok_or(EINVAL)?;
+        // `check` leaves fewer fragments than `self.frags` has records: none is skipped.
+        for ((frag, slot), sge) in frags.iter().zip(self.frags.iter_mut()).zip(out) {
+            let (page, offset, len) = frag_page(frag).ok_or(EINVAL)?;
             let length = u32::try_from(len).map_err(|_| EINVAL)?;
-            let sge = out.next().ok_or(EINVAL)?;
             // SAFETY: The device is valid; the fragment's page holds `len` bytes at `offset`
             // and stays referenced by the skb until unmapped.
             let addr = unsafe {
@@ -723,8 +727,8 @@ impl SkbMapping {
                 )
             }?;
             slot.write(addr);
-            // INVARIANT: each fragment is recorded as soon as it is mapped.
-            self.mapped = index + 1;
+            // INVARIANT: each fragment is recorded as soon as it is mapped, in order.
+            self.mapped += 1;
             sge.write(bindings::ib_sge { addr, length, lkey });
         }
         Ok(usize::from(self.head_len != 0) + self.mapped)
