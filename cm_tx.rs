@@ -207,12 +207,14 @@ impl TxConnection {
     }
 
     /// Sends `skb` (pseudo header first) now if established and nothing waits before it,
-    /// else holds it for the connection.
-    pub(crate) fn xmit(&self, skb: SkBuff, dev: &NetDevice) {
+    /// else holds it for the connection. A packet too big for the peer comes back with the
+    /// peer's MTU, for the caller to report once it holds no lock.
+    #[must_use]
+    pub(crate) fn xmit(&self, skb: SkBuff, dev: &NetDevice) -> Option<(SkBuff, u32)> {
         let c = &self.shared().counters;
         let mut s = self.state.lock();
         match s.phase {
-            TxPhase::Live if s.held.is_empty() => self.post(&s, skb, dev, true),
+            TxPhase::Live if s.held.is_empty() => return self.post(&s, skb, dev),
             TxPhase::New | TxPhase::Connecting | TxPhase::Live => {
                 if s.held.push(skb).is_err() {
                     bump(&c.tx_dropped, 1);
@@ -226,36 +228,33 @@ impl TxConnection {
             }
             TxPhase::Dead => bump(&c.tx_dropped, 1),
         }
+        None
     }
 
     /// Posts `skb` on the established connection; called with the state lock held, which
-    /// keeps packets in order. A packet over the peer's MTU is dropped; from the transmit
-    /// path (`report`) the sender is also told the path MTU. Not from NAPI: the ICMP of a
-    /// forwarded packet may leave through this interface, whose transmit path would then
-    /// wait for the lock held here (from the transmit path the device's qdisc, already
-    /// running, only queues it).
-    fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice, report: bool) {
+    /// keeps packets in order. A packet over the peer's MTU is dropped, counted, and given
+    /// back with that MTU: from the transmit path the caller tells the sender, once it
+    /// holds no lock (the ICMP may leave through another interface of this driver, whose
+    /// transmit path takes locks of the same classes).
+    fn post(&self, s: &TxState, skb: SkBuff, dev: &NetDevice) -> Option<(SkBuff, u32)> {
         let c = &self.shared().counters;
         let Some(link) = s.link.as_ref() else {
             bump(&c.tx_dropped, 1);
-            return;
+            return None;
         };
         let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
             bump(&c.tx_dropped, 1);
-            return;
+            return None;
         };
         let mtu = self.mtu.load(Ordering::Relaxed);
         if len > mtu + wire::ENCAP_HEADER_LEN as u32 {
-            // More than the peer takes: the stack learns its MTU, as from a router.
-            if report {
-                let _ = skb.report_too_big(mtu);
-            }
             bump(&c.tx_dropped, 1);
-            return;
+            return Some((skb, mtu));
         }
+        let mut skb = skb;
         if self.shared().credits.take(dev).is_none() {
             bump(&c.tx_dropped, 1);
-            return;
+            return None;
         }
         // The packet stays ours until its send completes; its socket need not wait.
         skb.orphan();
@@ -281,6 +280,7 @@ impl TxConnection {
                 bump(&c.tx_errors, 1);
             }
         }
+        None
     }
 
     /// Sets the connection up (process context): its CQ and RC queue pair, then the REQ.
@@ -519,7 +519,8 @@ impl TxConnection {
         }
         while s.phase == TxPhase::Live && !s.held.is_empty() && self.shared().credits.any_idle() {
             if let Some(skb) = s.held.pop() {
-                self.post(&s, skb, dev, false);
+                // Too big for the peer: dropped, its sender not told from NAPI.
+                drop(self.post(&s, skb, dev));
             }
         }
         drop(s);

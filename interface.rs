@@ -773,7 +773,7 @@ impl Interface {
         let dev = napi.device();
         let mut tally = Tally::new(&self.counters);
         // Send completions free their packets, return credits and restart a stopped queue.
-        self.ud.poll_sends(dev, wcs, &mut tally);
+        self.ud.poll_sends(dev, self.is_up(), wcs, &mut tally);
         self.paths.send_ready(&self.ud, dev);
         let mut again = match &self.cm {
             Some(cm) => cm.poll_tx(dev, wcs, &mut tally),

@@ -337,18 +337,29 @@ impl ConnectedMode {
     /// Sends `skb` to `dest` over its transmit connection, made on first use.
     pub(crate) fn xmit(this: ArcBorrow<'_, Self>, skb: SkBuff, dest: &HwAddr, dev: &NetDevice) {
         let key = peer_key(dest);
-        {
-            let tx = this.tx.lock();
-            if let Some(conn) = tx.get(&key) {
-                // Sent under the table's lock (taken before a connection's, as everywhere),
-                // which keeps the connection: no reference taken and dropped per packet.
-                conn.xmit(skb, dev);
-                return;
+        let tx = this.tx.lock();
+        let too_big = match tx.get(&key) {
+            // Sent under the table's lock (taken before a connection's, as everywhere), which
+            // keeps the connection: no reference taken and dropped per packet.
+            Some(conn) => {
+                let too_big = conn.xmit(skb, dev);
+                drop(tx);
+                too_big
             }
-        }
-        match Self::add_tx(this, key, dest) {
-            Ok(conn) => conn.xmit(skb, dev),
-            Err(_) => bump(&this.shared.counters.tx_dropped, 1),
+            None => {
+                drop(tx);
+                match Self::add_tx(this, key, dest) {
+                    Ok(conn) => conn.xmit(skb, dev),
+                    Err(_) => {
+                        bump(&this.shared.counters.tx_dropped, 1);
+                        None
+                    }
+                }
+            }
+        };
+        // More than the peer takes: the sender learns its MTU, as from a router.
+        if let Some((mut skb, mtu)) = too_big {
+            let _ = skb.report_too_big(mtu);
         }
     }
 

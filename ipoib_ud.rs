@@ -416,19 +416,23 @@ impl UdDatapath {
     }
 
     /// Reaps the send completions (from NAPI) if the send CQ fired or the tail work item
-    /// asked. If it found some, more are likely on their way: the tail work item has NAPI
-    /// reap them together later. Otherwise, or while the queue is stopped (whose wake must
-    /// not wait), the CQ is armed again.
+    /// asked, or the queue is stopped (connected mode may have taken the last credit, and
+    /// datagram sends completed but not reaped must not hold its wake back). If it found
+    /// some, more are likely on their way: the tail work item has NAPI reap them together
+    /// later, while the interface is `up`. Otherwise, or while the queue is stopped (whose
+    /// wake must not wait), the CQ is armed again.
     pub(crate) fn poll_sends(
         self: &Arc<Self>,
         dev: &NetDevice,
+        up: bool,
         wcs: &mut Completions,
         tally: &mut Tally<'_>,
     ) {
-        if !self.send_cq.handler().take() {
+        let stopped = dev.queue_stopped();
+        if !self.send_cq.handler().take() && !stopped {
             return;
         }
-        if self.reap_sends(wcs, tally) > 0 && !dev.queue_stopped() {
+        if self.reap_sends(wcs, tally) > 0 && !stopped && up {
             let _ = workqueue::system()
                 .enqueue_delayed::<_, TAIL_WORK>(self.clone(), msecs_to_jiffies(TAIL_MS));
         } else {
@@ -736,8 +740,8 @@ impl UdDatapath {
     }
 
     /// Waits for the recovery and tail work items (once the interface is unregistered, or
-    /// down). NAPI may queue the tail work item again until it is disabled: a later flush
-    /// finds it then, and until then a run only schedules NAPI.
+    /// down). Once the interface is down NAPI queues no tail work item, except from a round
+    /// that began before: a run of it then only schedules NAPI, disabled by then.
     pub(crate) fn flush_work(&self) {
         self.tail_work.flush();
         self.recover_work.flush();
