@@ -236,7 +236,7 @@ impl TxConnection {
     /// back with that MTU: from the transmit path the caller tells the sender, once it
     /// holds no lock (the ICMP may leave through another interface of this driver, whose
     /// transmit path takes locks of the same classes).
-    fn post(&self, s: &TxState, skb: SkBuff, dev: &NetDevice) -> Option<(SkBuff, u32)> {
+    fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice) -> Option<(SkBuff, u32)> {
         let c = &self.shared().counters;
         let Some(link) = s.link.as_ref() else {
             bump(&c.tx_dropped, 1);
@@ -251,7 +251,6 @@ impl TxConnection {
             bump(&c.tx_dropped, 1);
             return Some((skb, mtu));
         }
-        let mut skb = skb;
         if self.shared().credits.take(dev).is_none() {
             bump(&c.tx_dropped, 1);
             return None;

@@ -73,25 +73,24 @@ ipoib_check "multicast counted (ip -s link, ethtool -S), broadcast not" multicas
 # milliseconds after it last found some, or at once when it last found none): every datagram
 # counts as sent soon after it went, none left behind a completion nobody reaps. A burst,
 # then single datagrams 200 ms apart (each after a round that found the one before).
-a_stat() { cat "/sys/class/net/$ib_a/statistics/$1"; }
 sent_counted() {
 	local tx0 drop0 sent tx1 i ok=0
 	# Unicast goes over a connection in connected mode, the interfaces' first.
 	echo datagram >"/sys/class/net/$ib_a/mode" || return 1
 	# The destination's address handle first: beyond a few, packets that wait for it are
 	# dropped (as in C).
-	tx0=$(a_stat tx_packets)
+	tx0=$(ethtool_stat "$ib_a" tx_packets)
 	./udp_flood send 198.51.100.2 9 100 1 >/dev/null
-	wait_for 5 eval '[ $(($(a_stat tx_packets) - tx0)) -ge 1 ]'
-	tx0=$(a_stat tx_packets) drop0=$(a_stat tx_dropped)
+	wait_for 5 eval '[ $(($(ethtool_stat "$ib_a" tx_packets) - tx0)) -ge 1 ]'
+	tx0=$(ethtool_stat "$ib_a" tx_packets) drop0=$(ethtool_stat "$ib_a" tx_dropped)
 	sent=$(./udp_flood send 198.51.100.2 9 100 50 | awk '{ print $2 }')
 	for i in 1 2 3 4 5; do
 		sleep 0.2
 		./udp_flood send 198.51.100.2 9 100 1 >/dev/null && sent=$((sent + 1))
 	done
-	wait_for 2 eval '[ $(($(a_stat tx_packets) - tx0)) -ge 55 ]'
-	tx1=$(a_stat tx_packets)
-	echo "$sent datagrams sent: tx_packets +$((tx1 - tx0)), tx_dropped +$(($(a_stat tx_dropped) - drop0))"
+	wait_for 2 eval '[ $(($(ethtool_stat "$ib_a" tx_packets) - tx0)) -ge 55 ]'
+	tx1=$(ethtool_stat "$ib_a" tx_packets)
+	echo "$sent datagrams sent: tx_packets +$((tx1 - tx0)), tx_dropped +$(($(ethtool_stat "$ib_a" tx_dropped) - drop0))"
 	# A few more may be the stack's own.
 	[ "$sent" = 55 ] && [ $((tx1 - tx0)) -ge 55 ] && [ $((tx1 - tx0)) -le 60 ] || ok=1
 	echo connected >"/sys/class/net/$ib_a/mode" && return $ok
