@@ -1316,6 +1316,11 @@ impl<B: RecvBuffer> PinnedDrop for QueuePair<B> {
         for (gid, lid) in self.mcast.lock().iter_mut().filter_map(Option::take) {
             let _ = Self::detach_raw(self.qp, &gid, lid);
         }
+        // In RESET the device drops arriving packets before they reach the queue pair. A
+        // packet a peer still sends could otherwise meet the destroy half way (rxe warns
+        // then, in `rxe_sched_task`). Destroyed anyway if the device refuses.
+        let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RESET);
+        let _ = self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE);
         // SAFETY: By the type invariant `qp` is valid and destroyed only here. Once destroyed,
         // the device no longer accesses posted buffers, which are freed afterwards with the
         // fields, and reports no events.
