@@ -40,7 +40,7 @@ use kernel::{
         device::{Device, DeviceRef},
         dma::MAX_SKB_SEGMENTS,
         pd::ProtectionDomain,
-        qp::{QpCaps, QpChange, QpType, QueuePair, State},
+        qp::{QpCaps, QpChange, QpType, QueuePair, RecvQueueGuard, State},
     },
     sync::{Arc, ArcBorrow},
     time::msecs_to_jiffies,
@@ -528,45 +528,20 @@ impl UdDatapath {
         while done < budget {
             let want = (budget - done).min(POLL_BATCH as u32) as usize;
             let n = self.recv_cq.poll(&mut wcs[..want]).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
             for wc in &mut wcs[..n] {
-                let Some(skb) = self.qp.complete_recv(wc) else {
-                    other(wc, tally);
-                    continue;
-                };
-                crate::params::ipoib_dbg_data!(
-                    "{}: receive completion, {} bytes from QPN 0x{:06x}, status {:?}\n",
-                    self.log_name,
-                    wc.byte_len(),
-                    wc.src_qp(),
-                    wc.status()
-                );
-                let status = wc.status();
-                if status == WcStatus::Flushed {
-                    // The queue pair failed: its buffers go, and it is brought back.
-                    self.recovery_due.store(true, Ordering::Relaxed);
-                    continue;
-                }
-                // The datagram goes up in its skb, replaced on the ring by a fresh one (of
-                // the port's MTU now: a failed receive may have been a datagram too large
-                // for a buffer posted before the MTU grew). Without memory for one, the
-                // datagram is dropped and its skb posted again, emptied.
-                let repost = match (status, recv_buffer(napi.alloc_skb(self.recv_skb_len()))) {
-                    (WcStatus::Success, Ok(fresh)) => {
-                        self.receive(wc, skb, napi, tally);
-                        Ok(fresh)
-                    }
-                    (WcStatus::Success, Err(_)) => {
-                        bump(&self.counters.rx_dropped, 1);
-                        Err(skb)
-                    }
-                    (_, fresh) => {
-                        bump(&self.counters.rx_errors, 1);
-                        fresh.or(Err(skb))
-                    }
-                };
-                let repost = repost.or_else(|mut skb| skb.trim(0).map(|()| skb));
-                if repost.and_then(|skb| self.qp.post_recv(skb)).is_err() {
-                    bump(&self.counters.rx_errors, 1);
+                // The receive queue is locked while the buffer is taken back and replaced;
+                // the datagram goes up once it is unlocked.
+                let ours = self.qp.lock_recvs().ok().and_then(|mut rq| {
+                    let skb = rq.complete(wc)?;
+                    Some(self.refill(&mut rq, wc, skb, napi))
+                });
+                match ours {
+                    Some(Some(skb)) => self.receive(wc, skb, napi, tally),
+                    Some(None) => {}
+                    None => other(wc, tally),
                 }
             }
             done += n as u32;
@@ -575,6 +550,50 @@ impl UdDatapath {
             }
         }
         done
+    }
+
+    /// Puts a buffer back on the ring in place of `skb`, which `wc` completed; returns
+    /// `skb` if it holds a datagram to hand up.
+    fn refill(
+        &self,
+        rq: &mut RecvQueueGuard<'_, SkBuff>,
+        wc: &WorkCompletion,
+        skb: SkBuff,
+        napi: &Napi,
+    ) -> Option<SkBuff> {
+        crate::params::ipoib_dbg_data!(
+            "{}: receive completion, {} bytes from QPN 0x{:06x}, status {:?}\n",
+            self.log_name,
+            wc.byte_len(),
+            wc.src_qp(),
+            wc.status()
+        );
+        let status = wc.status();
+        if status == WcStatus::Flushed {
+            // The queue pair failed: its buffers go, and it is brought back.
+            self.recovery_due.store(true, Ordering::Relaxed);
+            return None;
+        }
+        // The datagram goes up in its skb, replaced on the ring by a fresh one (of the
+        // port's MTU now: a failed receive may have been a datagram too large for a buffer
+        // posted before the MTU grew). Without memory for one, the datagram is dropped and
+        // its skb posted again, emptied.
+        let (up, repost) = match (status, recv_buffer(napi.alloc_skb(self.recv_skb_len()))) {
+            (WcStatus::Success, Ok(fresh)) => (Some(skb), Ok(fresh)),
+            (WcStatus::Success, Err(_)) => {
+                bump(&self.counters.rx_dropped, 1);
+                (None, Err(skb))
+            }
+            (_, fresh) => {
+                bump(&self.counters.rx_errors, 1);
+                (None, fresh.or(Err(skb)))
+            }
+        };
+        let repost = repost.or_else(|mut skb| skb.trim(0).map(|()| skb));
+        if repost.and_then(|skb| rq.post(skb)).is_err() {
+            bump(&self.counters.rx_errors, 1);
+        }
+        up
     }
 
     /// Bytes a receive skb is allocated with at the port's MTU.

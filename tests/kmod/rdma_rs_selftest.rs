@@ -411,6 +411,39 @@ fn used_up(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
     Ok(())
 }
 
+/// Receives taken back and posted through one lock of the receive queue: three datagrams
+/// completed in the order sent, three buffers posted in their place, the queue full again.
+fn locked_batch(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
+    let before = b.qp.recvs_posted();
+    let mut wcs = KVec::new();
+    for fill in 41..44u8 {
+        a.send(ah, b.qp.qp_num(), QKEY, fill)?;
+        wcs.push(wait(&b.recv_cq, 2000).ok_or(EAGAIN)?, GFP_KERNEL)?;
+    }
+    let mut rq = b.qp.lock_recvs()?;
+    for (wc, fill) in wcs.iter_mut().zip(41..44u8) {
+        let buf = rq.complete(wc).ok_or(EINVAL)?;
+        let first = buf.as_slice().get(GRH_LEN).copied();
+        if wc.status() != WcStatus::Success || first != Some(fill) {
+            pr_info!(
+                "# datagram {} came back as {:?}, {:?}\n",
+                fill,
+                first,
+                wc.status()
+            );
+            return Err(EIO);
+        }
+        rq.post(buf)?;
+    }
+    let posted = rq.posted();
+    drop(rq);
+    if posted != before || b.qp.recvs_posted() != before {
+        pr_info!("# {} posted through the lock, {} before\n", posted, before);
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
 /// `Ok` if `result` is the refusal `EINVAL`; `EEXIST` if it was taken, its own error else.
 fn refused<T>(result: Result<T>) -> Result {
     match result {
@@ -1245,6 +1278,10 @@ fn run(report: &mut Report) -> Result {
     report.check(
         "a completion taken back is used up: completing it again takes nothing",
         used_up(&a, &b, &ah),
+    );
+    report.check(
+        "receive queue locked once: 3 datagrams taken back in order and 3 buffers posted in their place",
+        locked_batch(&a, &b, &ah),
     );
     report.check(
         "a queue pair on one device's PD with another device's completion queue refused (EINVAL)",

@@ -230,6 +230,13 @@ impl<O: Ownership> SkBuff<O> {
         len.saturating_sub(data_len)
     }
 
+    /// Whether part of the data lies in fragments (`skb_is_nonlinear`).
+    #[inline]
+    fn is_nonlinear(&self) -> bool {
+        // SAFETY: By the type invariant the skb is valid.
+        unsafe { (*self.raw()).data_len != 0 }
+    }
+
     /// The addresses of the buffer's start (`head`), the data, its tail and the buffer's
     /// end (where the shared info sits), read here rather than through calls.
     #[inline]
@@ -252,7 +259,7 @@ impl<O: Ownership> SkBuff<O> {
     /// comes after the linear part).
     #[inline]
     pub fn tailroom(&self) -> u32 {
-        if self.headlen() != self.len() {
+        if self.is_nonlinear() {
             return 0;
         }
         let [_, _, tail, end] = self.bounds();
@@ -313,11 +320,12 @@ impl<O: Ownership> SkBuff<O> {
     /// unchanged; what the device wrote joins the data through [`SkBuff::put`].
     #[inline]
     pub(crate) fn tailroom_for_device(&mut self) -> Result<(NonNull<u8>, u32)> {
-        if self.headlen() != self.len() || self.is_cloned() {
+        if self.is_nonlinear() || self.is_cloned() {
             return Err(EINVAL);
         }
-        let [_, _, tail, _] = self.bounds();
-        Ok((NonNull::new(tail).ok_or(EINVAL)?, self.tailroom()))
+        let [_, _, tail, end] = self.bounds();
+        let room = (end as usize).saturating_sub(tail as usize) as u32;
+        Ok((NonNull::new(tail).ok_or(EINVAL)?, room))
     }
 
     /// Appends `len` bytes at the tail and returns them; `EINVAL` without tailroom or when
@@ -343,7 +351,7 @@ impl<O: Ownership> SkBuff<O> {
     /// fewer); `EINVAL` for an skb with fragments.
     #[inline]
     pub fn trim(&mut self, len: u32) -> Result {
-        if self.headlen() != self.len() {
+        if self.is_nonlinear() {
             return Err(EINVAL);
         }
         // SAFETY: The skb is valid, held exclusively by us, and linear.

@@ -33,6 +33,10 @@ use crate::{
 };
 use core::{mem::MaybeUninit, ptr::NonNull};
 
+mod rq;
+pub use rq::RecvQueueGuard;
+use rq::RecvState;
+
 /// Sizes of the work queues of a queue pair.
 #[derive(Clone, Copy, Debug)]
 pub struct QpCaps {
@@ -421,8 +425,9 @@ pub trait SharedQueue: Send + Sync + super::private::Sealed {
     fn device(&self) -> &Device;
 }
 
-/// Receive buffers posted to a queue pair or a shared receive queue, each in the slot its
-/// request names until the request completes.
+/// Receive buffers posted to a shared receive queue, each in the slot its request names
+/// until the request completes. Posted and completed from any context at once (connected
+/// mode refills it from process context too), hence slots taken by atomic operations.
 pub(crate) struct RecvRing<B: RecvBuffer> {
     slots: WorkSlots<B::Posted>,
 }
@@ -485,27 +490,10 @@ impl<B: RecvBuffer> RecvRing<B> {
         Some(B::take_back(posted, Some(wc.byte_len())))
     }
 
-    /// Buffers posted and not completed.
-    pub(crate) fn posted(&self) -> usize {
-        self.slots.used()
-    }
-
     /// Leaks every posted buffer, for a queue the device may still write to (its destroy
     /// failed): never freed, they stay valid for it.
     pub(crate) fn leak_all(&self) {
         self.slots.drain(core::mem::forget);
-    }
-
-    /// The device discarded every posted request: takes the buffers back one by one and
-    /// renews the serial.
-    ///
-    /// # Safety
-    ///
-    /// The device must no longer access any buffer posted so far, and no post may be under
-    /// way (its buffer would be handed back while it is given to the device).
-    pub(crate) unsafe fn discard_all(&self, mut back: impl FnMut(B)) {
-        self.slots.renew();
-        self.slots.drain(|posted| back(B::take_back(posted, None)));
     }
 }
 
@@ -642,11 +630,12 @@ impl QpChange {
 /// `qp` was returned by `ib_create_qp_kernel` in `pd` with `send_cq` and `recv_cq`, and is
 /// destroyed only in `drop`, before the buffers in `send` and `recv` are freed and before
 /// `events` (if any: a `KBox` turned into a raw pointer, the context of the queue pair's
-/// event callback) is freed. A slot whose state is a `wr_id` holds the buffer of the work
-/// request posted (or about to be) with that `wr_id` and not completed through this
-/// object; during a reset, also of requests the device dropped, whose `wr_id` carries the
-/// serial before it was renewed. While `posting` counts a reset, no send is posted; while
-/// `recv_posting` does, no receive. `clock` is `Some` for a UD queue pair only: every send
+/// event callback) is freed. A slot of `send` whose state is a `wr_id` holds the buffer of
+/// the work request posted (or about to be) with that `wr_id` and not completed through
+/// this object; during a reset, also of requests the device dropped, whose `wr_id` carries
+/// the serial before it was renewed. `recv` keeps the receives likewise ([`RecvState`]).
+/// While `posting` counts a reset, no send is posted; while `recv` does, no receive.
+/// `clock` is `Some` for a UD queue pair only: every send
 /// posted through an address handle is numbered `posting.posted + 1` and has that number
 /// stored in the handle before the device sees it, `posting.posted` counts the sends the
 /// device took, and the clock counts each send taken back out of `send` once, by its
@@ -661,16 +650,16 @@ pub struct QueuePair<B: RecvBuffer = DmaBuffer> {
     /// `ib_post_send`, so that no send overlaps a reset.
     #[pin]
     posting: SpinLockBh<Poster>,
-    /// The same for receives, held across each `ib_post_recv`: a receive being posted
-    /// while a reset hands the buffers back would leave the device a buffer given back.
-    #[pin]
-    recv_posting: SpinLockBh<u32>,
     /// What each send in flight carries; the completion path (NAPI on another CPU) takes
     /// it back without waiting for a post in progress.
     send: WorkSlots<SendSlot>,
     /// Numbers the sends for the address handles made for this queue pair (UD).
     clock: Option<Arc<SendClock>>,
-    recv: RecvRing<B>,
+    /// The receives posted (none on a shared receive queue), held across each
+    /// `ib_post_recv`: a receive being posted while a reset hands the buffers back would
+    /// leave the device a buffer given back.
+    #[pin]
+    recv: SpinLockBh<RecvState<<B as sealed::Sealed>::Posted>>,
     /// Multicast groups attached, left before the queue pair is destroyed.
     #[pin]
     mcast: Mutex<KVec<Option<(Gid, u16)>>>,
@@ -700,7 +689,7 @@ fn qp_lock_classes() -> [(&'static CStr, &'static crate::sync::LockClassKey); 3]
             crate::static_lock_class!(),
         ),
         (
-            crate::c_str!("QueuePair::recv_posting"),
+            crate::c_str!("QueuePair::recv"),
             crate::static_lock_class!(),
         ),
         (
@@ -805,7 +794,7 @@ impl<B: RecvBuffer> QueuePair<B> {
             attr.qp_context = p.as_ptr().cast();
         }
         let rings = WorkSlots::new(caps.max_send_wr).and_then(|send| {
-            let recv = RecvRing::new(if srq.is_some() { 0 } else { caps.max_recv_wr })?;
+            let recv = RecvState::new(if srq.is_some() { 0 } else { caps.max_recv_wr })?;
             let clock = match qp_type {
                 QpType::Ud => Some(SendClock::new()?),
                 _ => None,
@@ -844,13 +833,12 @@ impl<B: RecvBuffer> QueuePair<B> {
                 let [(name, key), _, _] = qp_lock_classes();
                 SpinLockBh::new(Poster::new(), name, key)
             },
-            recv_posting <- {
-                let [_, (name, key), _] = qp_lock_classes();
-                SpinLockBh::new(0, name, key)
-            },
             send,
             clock,
-            recv,
+            recv <- {
+                let [_, (name, key), _] = qp_lock_classes();
+                SpinLockBh::new(recv, name, key)
+            },
             mcast <- {
                 let [_, _, (name, key)] = qp_lock_classes();
                 Mutex::new(KVec::new(), name, key)
@@ -1005,23 +993,26 @@ impl<B: RecvBuffer> QueuePair<B> {
     pub fn reset(&self, send_back: impl FnMut(Sent), recv_back: impl FnMut(B)) -> Result {
         // No post runs from here on until the buffers are back: one could otherwise queue a
         // request to the device beside the reset, with memory handed back below.
-        let count = |delta: fn(u32) -> u32| {
+        let count = |begins: bool| {
             let mut poster = self.posting.lock();
-            poster.resets = delta(poster.resets);
+            poster.resets = if begins {
+                poster.resets.saturating_add(1)
+            } else {
+                poster.resets.saturating_sub(1)
+            };
             drop(poster);
-            let mut resets = self.recv_posting.lock();
-            *resets = delta(*resets);
+            self.recv.lock().count_reset(begins);
         };
-        count(|n| n.saturating_add(1));
+        count(true);
         let done = self.reset_posts_held(send_back, recv_back);
-        count(|n| n.saturating_sub(1));
+        count(false);
         done
     }
 
     fn reset_posts_held(
         &self,
         mut send_back: impl FnMut(Sent),
-        recv_back: impl FnMut(B),
+        mut recv_back: impl FnMut(B),
     ) -> Result {
         let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RESET);
         self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)?;
@@ -1037,16 +1028,35 @@ impl<B: RecvBuffer> QueuePair<B> {
         if let Some(clock) = &self.clock {
             clock.taken_back(discarded);
         }
-        // SAFETY: In RESET the device holds no request and accesses no posted buffer; the
-        // caller counted the reset in `recv_posting`, so no receive is being posted.
-        unsafe { self.recv.discard_all(recv_back) };
+        // In RESET the device holds no request and writes no posted buffer; the caller
+        // counted the reset in `recv`, so none is being posted. One at a time, so that
+        // `recv_back` runs unlocked.
+        self.recv.lock().renew();
+        loop {
+            let posted = self.recv.lock().take_any();
+            let Some(posted) = posted else {
+                break;
+            };
+            recv_back(B::take_back(posted, None));
+        }
         Ok(())
     }
 
     /// Receives posted and not yet completed through this object.
     #[inline]
     pub fn recvs_posted(&self) -> usize {
-        self.recv.posted()
+        self.recv.lock().posted()
+    }
+
+    /// Locks the receive queue, through which receives are posted and completed: once for
+    /// a batch, rather than once for each. `EINVAL` for a queue pair on a shared receive
+    /// queue, whose receives go through that queue.
+    #[inline]
+    pub fn lock_recvs(&self) -> Result<RecvQueueGuard<'_, B>> {
+        if self.srq.is_some() {
+            return Err(EINVAL);
+        }
+        Ok(RecvQueueGuard::new(self, self.recv.lock()))
     }
 
     /// Posts `buf` to receive one message (on UD: 40 bytes of GRH space, then the
@@ -1054,31 +1064,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// buffer is freed.
     #[inline]
     pub fn post_recv(&self, buf: B) -> Result {
-        if self.srq.is_some() {
-            return Err(EINVAL);
-        }
-        let qp = self.qp.as_ptr();
-        // SAFETY: `qp` is valid, and so its device, whose operations are set while it is
-        // registered.
-        let Some(post_recv) = (unsafe { (*(*qp).device).ops.post_recv }) else {
-            return Err(EOPNOTSUPP);
-        };
-        let post = |wr: &bindings::ib_recv_wr| {
-            let mut bad = core::ptr::null();
-            // SAFETY: `qp` is valid; `wr` is valid for the call and describes a buffer the
-            // ring keeps until the request completes. Called as `ib_post_recv` (inline in C)
-            // calls it.
-            unsafe { post_recv(qp, wr, &mut bad) }
-        };
-        let device = (self.pd.device(), self.pd.local_dma_lkey());
-        let resets = self.recv_posting.lock();
-        if *resets != 0 {
-            return Err(EINVAL);
-        }
-        // SAFETY: The domain, which holds the device, is dropped after the ring (field order).
-        let posted = unsafe { self.recv.post(buf, device, post) };
-        drop(resets);
-        posted
+        self.lock_recvs()?.post(buf)
     }
 
     /// Posts the first `len` bytes of `buf` as one datagram to QP `remote_qpn` with Q_Key
@@ -1286,7 +1272,7 @@ impl<B: RecvBuffer> QueuePair<B> {
         if wc.qp() != self.qp.as_ptr() {
             return None;
         }
-        self.recv.complete(wc)
+        self.lock_recvs().ok()?.complete(wc)
     }
 
     /// Takes back what the send that `wc` completes carried, and uses `wc` up; `None` if
@@ -1333,7 +1319,9 @@ impl<B: RecvBuffer> PinnedDrop for QueuePair<B> {
                 self.qp_num(),
                 ret
             );
-            self.recv.leak_all();
+            while let Some(posted) = self.recv.lock().take_any() {
+                core::mem::forget(posted);
+            }
             self.send.drain(core::mem::forget);
             if let Some(clock) = &self.clock {
                 clock.close(false);

@@ -31,7 +31,7 @@ const BUSY: u64 = u64::MAX;
 
 /// A serial for a queue, never 0: a work request id of serial 0 names no request, which is
 /// what a completion already used up carries ([`super::cq::WorkCompletion::consume`]).
-fn next_serial() -> u32 {
+pub(crate) fn next_serial() -> u32 {
     /// Numbers every queue of this kernel, so that a completion left in a shared CQ by a
     /// destroyed queue is never taken for one of a new queue at the same address.
     static SERIAL: AtomicU32 = AtomicU32::new(1);
