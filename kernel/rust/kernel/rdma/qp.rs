@@ -118,7 +118,9 @@ impl Payload {
     /// Gives the memory to the device and describes it in `out` with `lkey`: the buffer
     /// synchronised, the skb mapped. Returns the entries written; `EINVAL` if `out` is too
     /// short.
-    #[inline]
+    // Always inline: once per send, and the call (saving registers, the result through
+    // memory) cost a fifth of it.
+    #[inline(always)]
     fn map(&mut self, lkey: u32, out: &mut [MaybeUninit<bindings::ib_sge>]) -> Result<usize> {
         match self {
             Payload::Buffer {
