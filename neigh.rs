@@ -43,11 +43,19 @@ pub(crate) struct Route {
 }
 
 /// A table entry made outside the lock, for [`Neighbours::insert`].
-pub(crate) type NeighbourNode = RBTreeNode<[u8; 16], Neighbour>;
+pub(crate) type NeighbourNode = RBTreeNode<u128, Neighbour>;
+
+/// The key of a GID in the table: its bytes as one big-endian number, which orders as the
+/// bytes do and compares in two instructions, where a byte array's comparison took a
+/// dozen per tree node on every datagram sent.
+#[inline]
+fn key(gid: &[u8; 16]) -> u128 {
+    u128::from_be_bytes(*gid)
+}
 
 /// Address handles by destination GID.
 pub(crate) struct Neighbours {
-    entries: RBTree<[u8; 16], Neighbour>,
+    entries: RBTree<u128, Neighbour>,
     len: usize,
     /// Advanced when every path may have changed (the subnet manager asked ports to
     /// register again): an entry of an older epoch is stale, used still, and its path
@@ -73,7 +81,7 @@ impl Neighbours {
         now: i64,
     ) -> Result<NeighbourNode> {
         RBTreeNode::new(
-            gid,
+            key(&gid),
             Neighbour {
                 ah,
                 used: now,
@@ -89,7 +97,7 @@ impl Neighbours {
     /// Sends through it are posted before the lock is released.
     pub(crate) fn get(&mut self, gid: &[u8; 16], now: i64) -> Option<(&Arc<AddressHandle>, bool)> {
         let epoch = self.epoch;
-        let n = self.entries.get_mut(gid)?;
+        let n = self.entries.get_mut(&key(gid))?;
         n.used = now;
         let stale = n.epoch != epoch;
         n.epoch = epoch;
@@ -99,7 +107,7 @@ impl Neighbours {
     /// The handle for `gid`, stale or not; `now` marks the entry used. Sends through it are
     /// posted before the lock is released.
     pub(crate) fn handle(&mut self, gid: &[u8; 16], now: i64) -> Option<&Arc<AddressHandle>> {
-        let n = self.entries.get_mut(gid)?;
+        let n = self.entries.get_mut(&key(gid))?;
         n.used = now;
         Some(&n.ah)
     }
@@ -113,13 +121,13 @@ impl Neighbours {
     /// Calls `f` with each destination, when a packet last used it, and its route.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&[u8; 16], i64, Option<Route>)) {
         for (gid, entry) in self.entries.iter() {
-            f(gid, entry.used, entry.route);
+            f(&gid.to_be_bytes(), entry.used, entry.route);
         }
     }
 
     /// Whether `gid` has a handle.
     pub(crate) fn contains(&self, gid: &[u8; 16]) -> bool {
-        self.entries.get(gid).is_some()
+        self.entries.get(&key(gid)).is_some()
     }
 
     /// Adds `node`, made for `gid`; returns the entry it replaces (a handle made again, its
@@ -134,7 +142,7 @@ impl Neighbours {
         }
         let replaced = self.entries.insert(node);
         let epoch = self.epoch;
-        if let Some(n) = self.entries.get_mut(gid) {
+        if let Some(n) = self.entries.get_mut(&key(gid)) {
             n.epoch = epoch;
         }
         replaced
@@ -147,7 +155,7 @@ impl Neighbours {
 
     /// Forgets up to [`FORGET_BATCH`] destinations unused since `deadline`; returns how many.
     fn forget_idle(&mut self, deadline: i64) -> usize {
-        let mut keys = [[0u8; 16]; FORGET_BATCH];
+        let mut keys = [0u128; FORGET_BATCH];
         let mut n = 0;
         for (gid, entry) in self.entries.iter() {
             if entry.used < deadline {
