@@ -207,6 +207,17 @@ no_rc_qps() {
 	! rdma res show qp type RC | grep -q "comm \[$MODULE\]"
 }
 
+# rping_client ADDRESS: rping to ADDRESS; all 3 pings exchanged. Not rping's exit status:
+# its event thread may exit the process with an error when the main thread destroys the
+# event channel under it at the end ("rdma_get_cm_event: Bad file descriptor"), after a
+# complete exchange.
+rping_client() {
+	local out
+	out=$(timeout 60 rping -c -a "$1" -C 3 -v 2>&1)
+	echo "$out"
+	[ "$(grep -c "ping data" <<<"$out")" -eq 3 ]
+}
+
 # ethtool_stat DEV NAME: the counter NAME of `ethtool -S DEV` (empty if absent).
 ethtool_stat() { ethtool -S "$1" 2>/dev/null | awk -v n="$2:" '$1 == n { print $2 }'; }
 

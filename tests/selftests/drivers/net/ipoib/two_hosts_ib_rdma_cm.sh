@@ -46,18 +46,12 @@ listens() {
 	cat /tmp/rping.out
 	grep -q "ping data" /tmp/rping.out
 }
-# connects ADDRESS PORT: (client) once the hosts meet on PORT, rping to ADDRESS: all 3
-# pings exchanged. Not rping's exit status: its event thread may exit the process with an
-# error when the main thread destroys the event channel under it at the end
-# ("rdma_get_cm_event: Bad file descriptor"), after a complete exchange.
+# connects ADDRESS PORT: (client) once the hosts meet on PORT, rping to ADDRESS.
 connects() {
 	both_at "$2" || return 1
 	wait_for 30 ping -c 1 -W 1 "$1" >/dev/null || { echo "$1 does not answer pings"; return 1; }
 	sleep 2
-	local out
-	out=$(timeout 60 rping -c -a "$1" -C 3 -v 2>&1)
-	echo "$out"
-	[ "$(grep -c "ping data" <<<"$out")" -eq 3 ]
+	rping_client "$1"
 }
 
 round() {

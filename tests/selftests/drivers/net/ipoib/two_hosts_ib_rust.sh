@@ -149,7 +149,7 @@ else
 	both_at 7208
 	sleep 2
 	ipoib_check "$role: rping to the server's ib0 address ($ib_peer) connects and exchanges data" \
-		eval 'timeout 60 rping -c -a "$ib_peer" -C 3 -v'
+		rping_client "$ib_peer"
 fi
 
 # --- umcast: a group user space joined itself through the SA (mckey, the RDMA CM in the
