@@ -461,12 +461,14 @@ impl UdDatapath {
         let mut reaped = 0;
         loop {
             let n = self.send_cq.poll(wcs).unwrap_or(0);
+            // Credits go back once for the batch.
+            let mut done = 0;
             for wc in &mut wcs[..n] {
                 let status = wc.status();
                 let Some(sent) = self.qp.complete_send(wc) else {
                     continue;
                 };
-                self.credits.give(1);
+                done += 1;
                 match status {
                     WcStatus::Success => tally.sent(sent),
                     // Failed or flushed: either way the queue pair may have failed, have
@@ -487,6 +489,9 @@ impl UdDatapath {
                     self.log_name,
                     status
                 );
+            }
+            if done != 0 {
+                self.credits.give(done);
             }
             reaped += n;
             if n < wcs.len() {
@@ -603,38 +608,32 @@ impl UdDatapath {
 
     /// Hands one received datagram (`skb`: the GRH space, then the datagram) to the stack,
     /// or drops it.
-    fn receive(&self, wc: &WorkCompletion, mut skb: SkBuff, napi: &Napi, tally: &mut Tally<'_>) {
-        let c = &self.counters;
-        let Some(grh) = skb.data().get(..UD_GRH_LEN) else {
-            bump(&c.rx_errors, 1);
-            return;
+    fn receive(&self, wc: &WorkCompletion, skb: SkBuff, napi: &Napi, tally: &mut Tally<'_>) {
+        let classify = |grh: &[u8; UD_GRH_LEN]| {
+            // The GRH space holds the sender's GID at bytes 8..24 when a GRH came (an IPv6
+            // header on RoCE v2 over IPv6). Our own multicast comes back to us: it has our
+            // LID and QPN, and, if a GRH came, our interface ID (the C driver's rule; on
+            // RoCE the LIDs are 0).
+            if wc.src_qp() == self.qp.qp_num()
+                && wc.slid() == self.lid.load(Ordering::Relaxed)
+                && (!wc.has_grh() || grh[16..24] == self.gid.interface_id())
+            {
+                return None;
+            }
+            let dgid = &grh[24..40];
+            let pkt_type = if !wc.has_grh() || dgid[0] != 0xff {
+                PacketType::Host
+            } else if dgid == self.broadcast.0 {
+                PacketType::Broadcast
+            } else {
+                PacketType::Multicast
+            };
+            if pkt_type == PacketType::Multicast {
+                bump(&self.counters.multicast, 1);
+            }
+            Some(pkt_type)
         };
-        // The GRH space holds the sender's GID at bytes 8..24 when a GRH came (an IPv6
-        // header on RoCE v2 over IPv6). Our own multicast comes back to us: it has our LID
-        // and QPN, and, if a GRH came, our interface ID (the C driver's rule; on RoCE the
-        // LIDs are 0).
-        if wc.src_qp() == self.qp.qp_num()
-            && wc.slid() == self.lid.load(Ordering::Relaxed)
-            && (!wc.has_grh() || grh[16..24] == self.gid.interface_id())
-        {
-            return;
-        }
-        let dgid = &grh[24..40];
-        let pkt_type = if !wc.has_grh() || dgid[0] != 0xff {
-            PacketType::Host
-        } else if dgid == self.broadcast.0 {
-            PacketType::Broadcast
-        } else {
-            PacketType::Multicast
-        };
-        if pkt_type == PacketType::Multicast {
-            bump(&c.multicast, 1);
-        }
-        if skb.pull(UD_GRH_LEN as u32).is_err() {
-            bump(&c.rx_errors, 1);
-            return;
-        }
-        rx::deliver_skb(skb, pkt_type, napi, tally);
+        rx::deliver_skb(skb, classify, napi, tally);
     }
 
     /// Arms both completion queues (when the interface comes up), and has NAPI look at

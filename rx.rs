@@ -39,30 +39,57 @@ pub(crate) fn deliver_with(
     }
 }
 
-/// Passes up `skb`, received in place: its data is the message, the 4-byte IPoIB header
-/// first, with room in front for the pseudo header (the GRH space the receive left). Counted
-/// as `deliver` counts.
-pub(crate) fn deliver_skb(
+/// Passes up `skb`, received in place: its data is `FRONT` bytes that `classify` reads
+/// (the GRH space of a datagram), then the message, the 4-byte IPoIB header first. The
+/// front makes room for the pseudo header. `classify` says who the message was addressed
+/// to, or `None` to drop it uncounted (our own multicast come back). The front is stripped
+/// and the message framed in one edit of the skb. Counted as `deliver_with` counts; a
+/// message shorter than its front, as an error.
+pub(crate) fn deliver_skb<const FRONT: usize>(
     mut skb: SkBuff,
-    pkt_type: PacketType,
+    classify: impl FnOnce(&[u8; FRONT]) -> Option<PacketType>,
     napi: &Napi,
     tally: &mut Tally<'_>,
 ) {
-    let Ok((header, _)) = EncapHeader::parse(skb.data()) else {
-        bump(&tally.counters().rx_errors, 1);
+    let counters = tally.counters();
+    let Ok(mut front) = skb.edit_front() else {
+        bump(&counters.rx_dropped, 1);
         return;
     };
-    let framed = skb
-        .push(HWADDR_LEN as u32)
-        .map(|pseudo| pseudo.fill(0))
-        .and_then(|()| frame(&mut skb, header.ethertype, pkt_type));
-    match framed {
-        Ok(()) => {
-            tally.received(skb.len());
-            napi.gro_receive(skb);
+    let Some(head) = front.data().first_chunk::<FRONT>() else {
+        bump(&counters.rx_errors, 1);
+        return;
+    };
+    let Some(pkt_type) = classify(head) else {
+        return;
+    };
+    let header = match front.pull(FRONT as u32) {
+        Ok(()) => EncapHeader::parse(front.data()).ok(),
+        Err(_) => None,
+    };
+    let Some((header, _)) = header else {
+        bump(&counters.rx_errors, 1);
+        return;
+    };
+    // The pseudo header goes in front of the IPoIB header, zeroed; the MAC header spans
+    // both (as C exposes it) and the data starts after them.
+    let framed = match front.push(HWADDR_LEN as u32) {
+        Ok(pseudo) => {
+            pseudo.fill(0);
+            front.reset_mac_header();
+            front.pull(wire::HARD_HEADER_LEN as u32)
         }
-        Err(_) => bump(&tally.counters().rx_dropped, 1),
+        Err(e) => Err(e),
+    };
+    drop(front);
+    if framed.is_err() {
+        bump(&counters.rx_dropped, 1);
+        return;
     }
+    skb.set_protocol(header.ethertype);
+    skb.set_pkt_type(pkt_type);
+    tally.received(skb.len());
+    napi.gro_receive(skb);
 }
 
 /// An skb holding a zeroed pseudo header and the message, framed.

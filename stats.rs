@@ -136,7 +136,8 @@ impl<'a> Tally<'a> {
     /// Counts a packet whose send completed successfully, and frees it: a packet is sent
     /// when the device says so, not when it is posted (a failed completion counts as an
     /// error only). Its bytes are those after the pseudo header, as the C driver counts them.
-    #[inline]
+    // Always inline: once per send completion, and the call cost a third of it.
+    #[inline(always)]
     pub(crate) fn sent(&mut self, sent: Sent) {
         match sent {
             Sent::Skb(skb) => {

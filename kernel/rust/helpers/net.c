@@ -60,11 +60,6 @@ int rust_helper_skb_cloned(const struct sk_buff *skb)
 	return skb_cloned(skb);
 }
 
-int rust_helper_skb_header_cloned(const struct sk_buff *skb)
-{
-	return skb_header_cloned(skb);
-}
-
 int rust_helper_skb_cow(struct sk_buff *skb, unsigned int headroom)
 {
 	return skb_cow(skb, headroom);

@@ -302,7 +302,8 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// Whether the header (what lies before the data) is shared with a clone
-    /// (`skb_header_cloned`), decided without a call when the skb was never cloned.
+    /// (`skb_header_cloned`, inline in C, and here: TCP sends clones, whose headers its
+    /// own protocol left to the device).
     #[inline]
     fn is_header_cloned(&self) -> bool {
         // SAFETY: By the type invariant the skb is valid.
@@ -310,8 +311,19 @@ impl<O: Ownership> SkBuff<O> {
         if skb.cloned() == 0 {
             return false;
         }
-        // SAFETY: As above.
-        unsafe { bindings::skb_header_cloned(self.raw()) != 0 }
+        let [_, _, _, end] = self.bounds();
+        let shinfo = end.cast::<bindings::skb_shared_info>();
+        // SAFETY: The shared info of a valid skb sits at its end (`skb_shinfo`).
+        let counter = unsafe { core::ptr::addr_of_mut!((*shinfo).dataref.counter) };
+        // SAFETY: `counter` is the shared info's reference count, an `atomic_t` that lives as
+        // the skb does and is only ever accessed atomically; read as `atomic_read` reads it.
+        let dataref = unsafe { core::sync::atomic::AtomicI32::from_ptr(counter) }
+            .load(core::sync::atomic::Ordering::Relaxed);
+        // The low half counts the holders of the buffer, the high half those of them that
+        // do not use the header.
+        let holders = dataref & bindings::SKB_DATAREF_MASK as i32;
+        let payload_only = dataref >> bindings::SKB_DATAREF_SHIFT;
+        holders - payload_only != 1
     }
 
     /// The tailroom of a linear skb whose data is its own, for a device to write into: its
@@ -347,6 +359,25 @@ impl<O: Ownership> SkBuff<O> {
         Ok(unsafe { core::slice::from_raw_parts_mut(tail, len as usize) })
     }
 
+    /// Appends to the data the first `len` bytes of the tailroom, which a device wrote
+    /// (`skb_put` without its checks, for a receive buffer whose tailroom was measured when
+    /// it was handed to the device).
+    ///
+    /// # Safety
+    ///
+    /// The skb must be linear, its data not shared with a clone, and its tailroom at least
+    /// `len` bytes long.
+    #[inline]
+    pub(crate) unsafe fn put_received(&mut self, len: u32) {
+        // SAFETY: The skb is valid and ours alone (`&mut self`); the caller guarantees the
+        // tailroom: what `skb_put` does, without the call.
+        unsafe {
+            let skb = &mut *self.raw();
+            skb.tail = skb.tail.advanced(len);
+            skb.len += len;
+        }
+    }
+
     /// Cuts the data of a linear skb to its first `len` bytes (no change if it holds
     /// fewer); `EINVAL` for an skb with fragments.
     #[inline]
@@ -378,6 +409,52 @@ impl<O: Ownership> SkBuff<O> {
         };
         // SAFETY: `data` is the start of the `len` new bytes, now the data's first.
         Ok(unsafe { core::slice::from_raw_parts_mut(data, len as usize) })
+    }
+
+    /// Starts a series of changes to the front of the data ([`FrontEdit`]): headers read,
+    /// stripped and added one after another, as a receive path does. `EINVAL` for an skb with
+    /// fragments or whose header is shared with a clone.
+    ///
+    /// ```
+    /// use kernel::{alloc::flags::GFP_KERNEL, net::skb::SkBuff};
+    ///
+    /// let mut skb = SkBuff::alloc(None, 64, GFP_KERNEL)?;
+    /// skb.put(9)?.copy_from_slice(b"GRHheader");
+    /// let room = skb.headroom();
+    /// {
+    ///     let mut front = skb.edit_front()?;
+    ///     assert_eq!(front.data().get(..3), Some(&b"GRH"[..]));
+    ///     front.pull(3)?;
+    ///     // The headroom, grown by what was pulled, bounds what may be pushed.
+    ///     assert!(front.push(room + 4).is_err());
+    ///     front.push(2)?.copy_from_slice(b"->");
+    ///     front.reset_mac_header();
+    ///     assert!(front.pull(9).is_err());
+    /// }
+    /// // The skb takes the edit's data when the edit ends.
+    /// assert_eq!(skb.data(), b"->header");
+    /// assert_eq!(skb.headroom(), room + 1);
+    ///
+    /// // Data in fragments cannot be edited so.
+    /// skb.append_paged(b"tail", GFP_KERNEL)?;
+    /// assert!(skb.edit_front().is_err());
+    /// # Ok::<(), Error>(())
+    /// ```
+    #[inline]
+    pub fn edit_front(&mut self) -> Result<FrontEdit<'_, O>> {
+        if self.is_nonlinear() || self.is_header_cloned() {
+            return Err(EINVAL);
+        }
+        let [head, data, _, _] = self.bounds();
+        let len = self.len();
+        // INVARIANT: checked linear with its own header above; `data` and `len` are the
+        // skb's own, `data` being `headroom` bytes after `head`.
+        Ok(FrontEdit {
+            headroom: (data as usize).wrapping_sub(head as usize) as u32,
+            data,
+            len,
+            skb: self,
+        })
     }
 
     /// Removes `len` bytes from the front of the linear part; `EINVAL` if it is shorter.
@@ -651,6 +728,86 @@ impl<O: Ownership> SkBuff<O> {
             let dst = (route & !noref) as *mut bindings::dst_entry;
             // SAFETY: `dst` is a route the skb held a reference to, given up here.
             unsafe { bindings::dst_release(dst) };
+        }
+    }
+}
+
+/// A series of changes to the front of a linear skb's data whose header is its own, made
+/// on copies of the data's address and length and written back to the skb once, when the
+/// edit ends: each step is a check and an addition, where the same step on the skb reads
+/// its fields again and works out the linear length again. Made by [`SkBuff::edit_front`].
+///
+/// # Invariants
+///
+/// - `skb` is linear and its header (the headroom) is not shared with a clone; the edit
+///   borrows it exclusively, so that stays so.
+/// - `data` lies `headroom` bytes after the skb's `head`, and the `len` bytes at `data` are
+///   the skb's data, all in its linear part. The skb's own `data` and `len` are those of the
+///   edit once it ends.
+pub struct FrontEdit<'a, O: Ownership = Owned> {
+    skb: &'a mut SkBuff<O>,
+    data: *mut u8,
+    len: u32,
+    headroom: u32,
+}
+
+impl<O: Ownership> FrontEdit<'_, O> {
+    /// The data as edited so far.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: By the type invariant the `len` bytes at `data` are the skb's linear data,
+        // which nobody else writes while the skb is borrowed by the edit.
+        unsafe { core::slice::from_raw_parts(self.data, self.len as usize) }
+    }
+
+    /// Removes `len` bytes from the front of the data; `EINVAL` if it is shorter.
+    #[inline]
+    pub fn pull(&mut self, len: u32) -> Result {
+        if len > self.len {
+            return Err(EINVAL);
+        }
+        // INVARIANT: the first `len` bytes of the data join the headroom. The headroom and
+        // data together lie in the buffer, whose size fits a `u32`.
+        self.data = self.data.wrapping_add(len as usize);
+        self.len -= len;
+        self.headroom = self.headroom.wrapping_add(len);
+        Ok(())
+    }
+
+    /// Prepends `len` bytes of the headroom to the data and returns them; `EINVAL` if the
+    /// headroom is shorter (it is not reallocated, unlike [`SkBuff::push`]).
+    #[inline]
+    pub fn push(&mut self, len: u32) -> Result<&mut [u8]> {
+        if len > self.headroom {
+            return Err(EINVAL);
+        }
+        // INVARIANT: the last `len` bytes of the headroom become the data's first.
+        self.data = self.data.wrapping_sub(len as usize);
+        self.len = self.len.wrapping_add(len);
+        self.headroom -= len;
+        // SAFETY: The `len` bytes at `data` lay in the headroom, which is the skb's own (type
+        // invariant) and borrowed exclusively through `&mut self`.
+        Ok(unsafe { core::slice::from_raw_parts_mut(self.data, len as usize) })
+    }
+
+    /// Marks the start of the data as the start of the link-layer header
+    /// (`skb_reset_mac_header`).
+    #[inline]
+    pub fn reset_mac_header(&mut self) {
+        // The data's offset from the head, which fits the field as the buffer's size does.
+        self.skb.headers_mut().mac_header = self.headroom as u16;
+    }
+}
+
+impl<O: Ownership> Drop for FrontEdit<'_, O> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: The skb is valid and borrowed exclusively by the edit; its data becomes the
+        // edit's, which lies in its linear part (type invariant).
+        unsafe {
+            let skb = &mut *self.skb.raw();
+            skb.data = self.data;
+            skb.len = self.len;
         }
     }
 }

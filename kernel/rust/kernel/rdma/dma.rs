@@ -582,8 +582,9 @@ impl RecvSkb {
         this.unmap();
         // SAFETY: `this` is never used or dropped again, so the skb is taken exactly once.
         let mut skb = unsafe { ManuallyDrop::take(&mut this.skb) };
-        // The tailroom is unchanged since it was measured, so this cannot fail.
-        let _ = skb.put(written.min(this.len));
+        // SAFETY: By the type invariant the skb is linear, not cloned, and its tailroom, of
+        // `len` bytes when mapped, is unchanged; no more than that is appended.
+        unsafe { skb.put_received(written.min(this.len)) };
         skb
     }
 
@@ -761,23 +762,24 @@ impl SkbMapping {
         self.skb.take()
     }
 
-    /// Ends every mapping recorded and forgets it. Inline only when nothing is recorded, as
-    /// when a send's slot is dropped after its completion took the skb out.
+    /// Ends every mapping recorded and forgets it. Inline when there is nothing to end: when
+    /// nothing is recorded (a send's slot dropped after its completion took the skb out),
+    /// or when the addresses are the memory's own (a software device: every send).
     #[inline]
     fn unmap(&mut self) {
-        if self.head_len != 0 || self.mapped != 0 {
-            self.unmap_recorded();
+        if self.head_len == 0 && self.mapped == 0 {
+            return;
         }
+        // SAFETY: The device is valid (type invariant).
+        if unsafe { uses_virt_dma(self.device) } {
+            (self.head_len, self.mapped) = (0, 0);
+            return;
+        }
+        self.unmap_recorded();
     }
 
     #[inline(never)]
     fn unmap_recorded(&mut self) {
-        // SAFETY: The device is valid (type invariant).
-        if unsafe { uses_virt_dma(self.device) } {
-            // Nothing to end: the addresses are the memory's own.
-            (self.head_len, self.mapped) = (0, 0);
-            return;
-        }
         if self.head_len != 0 {
             // SAFETY: By the type invariant `head_addr` maps `head_len` bytes on `device`,
             // which is valid; it is forgotten below.
