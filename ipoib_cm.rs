@@ -26,7 +26,7 @@ use crate::{
     send_credits::SendCredits,
     srq,
     stats::{bump, now_ms, Counters, Tally},
-    wire::{self, HwAddr, CM_MTU},
+    wire::{self, GidKey, HwAddr, CM_MTU},
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::{
@@ -58,14 +58,14 @@ const MAINTAIN_WORK: u64 = 0;
 /// The delayed work item that closes idle receive connections.
 const STALE_WORK: u64 = 1;
 
-/// Connections are keyed by the peer's address without its flags byte: its GID as one
-/// number, then its QPN, which compare in a few instructions per tree node (a byte
-/// array's comparison took a dozen, on every packet sent).
-type PeerKey = (u128, u32);
+/// Connections are keyed by the peer's address without its flags byte: its GID, then its
+/// QPN, which compare in a few instructions per tree node (a byte array's comparison took
+/// a dozen, on every packet sent).
+type PeerKey = (GidKey, u32);
 
 #[inline]
 fn peer_key(addr: &HwAddr) -> PeerKey {
-    (u128::from_be_bytes(addr.gid().0), addr.qpn())
+    (GidKey::new(&addr.gid().0), addr.qpn())
 }
 
 /// Connected mode on one interface (C: `struct ipoib_cm_dev_priv`): the listener, the

@@ -10,6 +10,7 @@
 //! for keeps it until that send is over, and destroys it when the collection work item
 //! reaps (see `kernel::rdma::ah`).
 
+use crate::wire::GidKey;
 use kernel::{
     prelude::*,
     rbtree::{RBTree, RBTreeNode},
@@ -43,19 +44,17 @@ pub(crate) struct Route {
 }
 
 /// A table entry made outside the lock, for [`Neighbours::insert`].
-pub(crate) type NeighbourNode = RBTreeNode<u128, Neighbour>;
+pub(crate) type NeighbourNode = RBTreeNode<GidKey, Neighbour>;
 
-/// The key of a GID in the table: its bytes as one big-endian number, which orders as the
-/// bytes do and compares in two instructions, where a byte array's comparison took a
-/// dozen per tree node on every datagram sent.
+/// The key of a GID in the table.
 #[inline]
-fn key(gid: &[u8; 16]) -> u128 {
-    u128::from_be_bytes(*gid)
+fn key(gid: &[u8; 16]) -> GidKey {
+    GidKey::new(gid)
 }
 
 /// Address handles by destination GID.
 pub(crate) struct Neighbours {
-    entries: RBTree<u128, Neighbour>,
+    entries: RBTree<GidKey, Neighbour>,
     len: usize,
     /// Advanced when every path may have changed (the subnet manager asked ports to
     /// register again): an entry of an older epoch is stale, used still, and its path
@@ -121,7 +120,7 @@ impl Neighbours {
     /// Calls `f` with each destination, when a packet last used it, and its route.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&[u8; 16], i64, Option<Route>)) {
         for (gid, entry) in self.entries.iter() {
-            f(&gid.to_be_bytes(), entry.used, entry.route);
+            f(&gid.to_bytes(), entry.used, entry.route);
         }
     }
 
@@ -155,7 +154,7 @@ impl Neighbours {
 
     /// Forgets up to [`FORGET_BATCH`] destinations unused since `deadline`; returns how many.
     fn forget_idle(&mut self, deadline: i64) -> usize {
-        let mut keys = [0u128; FORGET_BATCH];
+        let mut keys = [GidKey::default(); FORGET_BATCH];
         let mut n = 0;
         for (gid, entry) in self.entries.iter() {
             if entry.used < deadline {

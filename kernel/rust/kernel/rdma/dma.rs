@@ -697,6 +697,7 @@ impl SkbMapping {
         // walks the fragments, their records and their entries together.
         let needed = usize::from(!head.is_empty()) + frags.len();
         let mut out = out.get_mut(..needed).ok_or(EINVAL)?.iter_mut();
+        let mut written = 0;
         if !head.is_empty() {
             let length = u32::try_from(head.len()).map_err(|_| EINVAL)?;
             let sge = out.next().ok_or(EINVAL)?;
@@ -713,6 +714,11 @@ impl SkbMapping {
             // INVARIANT: the head is recorded as soon as it is mapped.
             (self.head_addr, self.head_len) = (addr, length);
             sge.write(bindings::ib_sge { addr, length, lkey });
+            written = 1;
+        }
+        // A linear skb (most datagrams) is done: no loop set up for its fragments.
+        if frags.is_empty() {
+            return Ok(written);
         }
         // `check` leaves fewer fragments than `self.frags` has records: none is skipped.
         for ((frag, slot), sge) in frags.iter().zip(self.frags.iter_mut()).zip(out) {
@@ -734,7 +740,7 @@ impl SkbMapping {
             self.mapped += 1;
             sge.write(bindings::ib_sge { addr, length, lkey });
         }
-        Ok(usize::from(self.head_len != 0) + self.mapped)
+        Ok(written + self.mapped)
     }
 
     /// Number of segments: what a send needs in scatter/gather entries.
