@@ -6,7 +6,7 @@
 //! owns them ([`CmOwner`], implemented in `ipoib_cm.rs`) without knowing it.
 
 use crate::{
-    cq::CqEvents,
+    cq::{CqEvents, CqGroup},
     ipoib_ud::send_sges,
     log_name::LogName,
     partition::PartitionIndex,
@@ -65,6 +65,8 @@ pub(crate) struct CmShared {
     pub(crate) credits: Arc<SendCredits>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) napi: NapiHandle,
+    /// The transmit connections' CQs: NAPI looks at the connections when one asked.
+    pub(crate) tx_events: Arc<CqGroup>,
     /// Whether connections are made and accepted (the interface is up).
     pub(crate) open: AtomicBool,
 }

@@ -285,7 +285,10 @@ impl TxConnection {
     /// Sets the connection up (process context): its CQ and RC queue pair, then the REQ.
     pub(crate) fn connect(self: &Arc<Self>) -> Result<CmId<TxConnection>> {
         let port = self.shared();
-        let events = Arc::new(CqEvents::new(port.napi.clone()), GFP_KERNEL)?;
+        let events = Arc::new(
+            CqEvents::in_group(port.napi.clone(), port.tx_events.clone()),
+            GFP_KERNEL,
+        )?;
         let ring = port.send_ring;
         let cq = CompletionQueue::new(&port.device, ring + 1, 0, events, crate::OWNER)?;
         let qp = port.new_rc_qp(cq.clone(), ring, None, 0)?;
@@ -520,6 +523,13 @@ impl TxConnection {
             if let Some(skb) = s.held.pop() {
                 // Too big for the peer: dropped, its sender not told from NAPI.
                 drop(self.post(&s, skb, dev));
+            }
+        }
+        if s.phase == TxPhase::Live && !s.held.is_empty() {
+            // Out of credits: the round that completions returning some bring looks here
+            // again.
+            if let Some(link) = s.link.as_ref() {
+                link.cq.handler().mark();
             }
         }
         drop(s);

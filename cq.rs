@@ -6,7 +6,30 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
     net::napi::NapiHandle,
     rdma::cq::{CompletionHandler, CompletionQueue},
+    sync::Arc,
 };
+
+/// Queues looked at together, each with a request of its own (the transmit connections'):
+/// one of them asked for a look since NAPI last took the group's request. A round that
+/// finds no request skips the whole group, rather than taking each queue's lock to learn
+/// that none fired.
+pub(crate) struct CqGroup {
+    fired: AtomicBool,
+}
+
+impl CqGroup {
+    pub(crate) fn new() -> Self {
+        Self {
+            fired: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a queue of the group asked for a look, clearing the request: the caller then
+    /// looks at every queue of the group, taking each one's own request.
+    pub(crate) fn take(&self) -> bool {
+        self.fired.swap(false, Ordering::AcqRel)
+    }
+}
 
 /// Events of one completion queue: each schedules the interface's NAPI poll and remembers
 /// that this queue needs polling, so a round polls and re-arms only the queues that fired
@@ -18,6 +41,7 @@ use kernel::{
 pub(crate) struct CqEvents {
     napi: NapiHandle,
     fired: AtomicBool,
+    group: Option<Arc<CqGroup>>,
 }
 
 impl CqEvents {
@@ -25,6 +49,16 @@ impl CqEvents {
         Self {
             napi,
             fired: AtomicBool::new(false),
+            group: None,
+        }
+    }
+
+    /// Events of a queue of `group`: each request is the group's too.
+    pub(crate) fn in_group(napi: NapiHandle, group: Arc<CqGroup>) -> Self {
+        Self {
+            napi,
+            fired: AtomicBool::new(false),
+            group: Some(group),
         }
     }
 
@@ -36,7 +70,11 @@ impl CqEvents {
 
     /// Asks the next NAPI round, already due, to look at this queue again.
     pub(crate) fn mark(&self) {
+        // The queue's own request first: whoever takes the group's then finds it.
         self.fired.store(true, Ordering::Release);
+        if let Some(group) = &self.group {
+            group.fired.store(true, Ordering::Release);
+        }
     }
 
     /// Whether NAPI was asked to look, clearing the request.

@@ -19,6 +19,7 @@ use crate::{
     cm_rx::{CmListen, RxOwner, RxTable},
     cm_shared::{CmOwner, CmShared},
     cm_tx::{TxConnection, TxPhase},
+    cq::CqGroup,
     log_name::LogName,
     params,
     partition::PartitionIndex,
@@ -139,6 +140,7 @@ impl ConnectedMode {
             credits,
             counters,
             napi: napi.clone(),
+            tx_events: Arc::new(CqGroup::new(), GFP_KERNEL)?,
             open: AtomicBool::new(false),
         };
         Arc::pin_init(
@@ -404,7 +406,7 @@ impl ConnectedMode {
         tally: &mut Tally<'_>,
     ) -> bool {
         // A connection added after this look polls in the round its CQ's event brings.
-        if self.tx_count.load(Ordering::Acquire) == 0 {
+        if self.tx_count.load(Ordering::Acquire) == 0 || !self.shared.tx_events.take() {
             return false;
         }
         // Under the table's lock, inside which a connection's is taken (as everywhere): the
