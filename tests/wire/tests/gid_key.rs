@@ -24,7 +24,11 @@ fn gid_key_orders_as_the_bytes() {
     let gids = gids();
     for a in &gids {
         for b in &gids {
-            assert_eq!(GidKey::new(a).cmp(&GidKey::new(b)), a.cmp(b), "{a:x?} {b:x?}");
+            assert_eq!(
+                GidKey::new(a).cmp(&GidKey::new(b)),
+                a.cmp(b),
+                "{a:x?} {b:x?}"
+            );
         }
     }
 }
