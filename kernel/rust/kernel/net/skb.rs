@@ -413,7 +413,8 @@ impl<O: Ownership> SkBuff<O> {
 
     /// Starts a series of changes to the front of the data ([`FrontEdit`]): headers read,
     /// stripped and added one after another, as a receive path does. `EINVAL` for an skb with
-    /// fragments or whose header is shared with a clone.
+    /// fragments or whose buffer is shared with a clone: bytes pulled may be pushed back
+    /// and written, so the whole buffer must be the skb's own, not only its header.
     ///
     /// ```
     /// use kernel::{alloc::flags::GFP_KERNEL, net::skb::SkBuff};
@@ -442,13 +443,13 @@ impl<O: Ownership> SkBuff<O> {
     /// ```
     #[inline]
     pub fn edit_front(&mut self) -> Result<FrontEdit<'_, O>> {
-        if self.is_nonlinear() || self.is_header_cloned() {
+        if self.is_nonlinear() || self.is_cloned() {
             return Err(EINVAL);
         }
         let [head, data, _, _] = self.bounds();
         let len = self.len();
-        // INVARIANT: checked linear with its own header above; `data` and `len` are the
-        // skb's own, `data` being `headroom` bytes after `head`.
+        // INVARIANT: checked linear and not cloned above; `data` and `len` are the skb's
+        // own, `data` being `headroom` bytes after `head`.
         Ok(FrontEdit {
             headroom: (data as usize).wrapping_sub(head as usize) as u32,
             data,
@@ -732,15 +733,15 @@ impl<O: Ownership> SkBuff<O> {
     }
 }
 
-/// A series of changes to the front of a linear skb's data whose header is its own, made
+/// A series of changes to the front of a linear skb's data whose buffer is its own, made
 /// on copies of the data's address and length and written back to the skb once, when the
 /// edit ends: each step is a check and an addition, where the same step on the skb reads
 /// its fields again and works out the linear length again. Made by [`SkBuff::edit_front`].
 ///
 /// # Invariants
 ///
-/// - `skb` is linear and its header (the headroom) is not shared with a clone; the edit
-///   borrows it exclusively, so that stays so.
+/// - `skb` is linear and its buffer is not shared with a clone; the edit borrows it
+///   exclusively, so that stays so.
 /// - `data` lies `headroom` bytes after the skb's `head`, and the `len` bytes at `data` are
 ///   the skb's data, all in its linear part. The skb's own `data` and `len` are those of the
 ///   edit once it ends.
@@ -785,8 +786,8 @@ impl<O: Ownership> FrontEdit<'_, O> {
         self.data = self.data.wrapping_sub(len as usize);
         self.len = self.len.wrapping_add(len);
         self.headroom -= len;
-        // SAFETY: The `len` bytes at `data` lay in the headroom, which is the skb's own (type
-        // invariant) and borrowed exclusively through `&mut self`.
+        // SAFETY: The `len` bytes at `data` lay in the headroom, within the skb's buffer,
+        // which is its own (type invariant) and borrowed exclusively through `&mut self`.
         Ok(unsafe { core::slice::from_raw_parts_mut(self.data, len as usize) })
     }
 
