@@ -46,19 +46,19 @@ pub(crate) struct CqEvents {
 
 impl CqEvents {
     pub(crate) fn new(napi: NapiHandle) -> Self {
-        Self {
-            napi,
-            fired: AtomicBool::new(false),
-            group: None,
-        }
+        Self::with_group(napi, None)
     }
 
     /// Events of a queue of `group`: each request is the group's too.
     pub(crate) fn in_group(napi: NapiHandle, group: Arc<CqGroup>) -> Self {
+        Self::with_group(napi, Some(group))
+    }
+
+    fn with_group(napi: NapiHandle, group: Option<Arc<CqGroup>>) -> Self {
         Self {
             napi,
             fired: AtomicBool::new(false),
-            group: Some(group),
+            group,
         }
     }
 

@@ -46,12 +46,6 @@ pub(crate) struct Route {
 /// A table entry made outside the lock, for [`Neighbours::insert`].
 pub(crate) type NeighbourNode = RBTreeNode<GidKey, Neighbour>;
 
-/// The key of a GID in the table.
-#[inline]
-fn key(gid: &[u8; 16]) -> GidKey {
-    GidKey::new(gid)
-}
-
 /// Address handles by destination GID.
 pub(crate) struct Neighbours {
     entries: RBTree<GidKey, Neighbour>,
@@ -80,7 +74,7 @@ impl Neighbours {
         now: i64,
     ) -> Result<NeighbourNode> {
         RBTreeNode::new(
-            key(&gid),
+            GidKey::new(&gid),
             Neighbour {
                 ah,
                 used: now,
@@ -96,7 +90,7 @@ impl Neighbours {
     /// Sends through it are posted before the lock is released.
     pub(crate) fn get(&mut self, gid: &[u8; 16], now: i64) -> Option<(&Arc<AddressHandle>, bool)> {
         let epoch = self.epoch;
-        let n = self.entries.get_mut(&key(gid))?;
+        let n = self.entries.get_mut(&GidKey::new(gid))?;
         n.used = now;
         let stale = n.epoch != epoch;
         n.epoch = epoch;
@@ -106,7 +100,7 @@ impl Neighbours {
     /// The handle for `gid`, stale or not; `now` marks the entry used. Sends through it are
     /// posted before the lock is released.
     pub(crate) fn handle(&mut self, gid: &[u8; 16], now: i64) -> Option<&Arc<AddressHandle>> {
-        let n = self.entries.get_mut(&key(gid))?;
+        let n = self.entries.get_mut(&GidKey::new(gid))?;
         n.used = now;
         Some(&n.ah)
     }
@@ -126,7 +120,7 @@ impl Neighbours {
 
     /// Whether `gid` has a handle.
     pub(crate) fn contains(&self, gid: &[u8; 16]) -> bool {
-        self.entries.get(&key(gid)).is_some()
+        self.entries.get(&GidKey::new(gid)).is_some()
     }
 
     /// Adds `node`, made for `gid`; returns the entry it replaces (a handle made again, its
@@ -141,7 +135,7 @@ impl Neighbours {
         }
         let replaced = self.entries.insert(node);
         let epoch = self.epoch;
-        if let Some(n) = self.entries.get_mut(&key(gid)) {
+        if let Some(n) = self.entries.get_mut(&GidKey::new(gid)) {
             n.epoch = epoch;
         }
         replaced
