@@ -200,68 +200,88 @@ impl RxTable {
         Ok(())
     }
 
-    /// Takes back the buffer of a receive connection that `wc` completes, if it is one (from
-    /// NAPI).
-    pub(crate) fn complete_recv(
-        &self,
-        shared: &CmShared,
-        wc: &mut WorkCompletion,
-    ) -> Option<ScatterBuffer> {
-        match &shared.srq {
-            Some(srq) => srq.complete_recv(wc),
-            None => self
-                .rings
-                .lock()
-                .get(&wc.qp_id())
-                .and_then(|conn| conn.qp.complete_recv(wc)),
-        }
-    }
-
-    /// Gives `buf` back to the queue it came from, after a completion of `status` on
-    /// connection queue pair `qp`; returns whether that failed where it should not have.
-    fn repost(&self, shared: &CmShared, buf: ScatterBuffer, qp: QpId, status: WcStatus) -> bool {
-        match &shared.srq {
-            Some(srq) => srq.post_recv(buf).is_err(),
-            // A flushed buffer belongs to a closing connection: it goes with it.
-            None if matches!(status, WcStatus::Flushed) => false,
-            None => match self.rings.lock().get(&qp) {
-                // A connection closing meanwhile refuses it; it goes.
-                Some(conn) => conn.qp.post_recv(buf).is_err() && !conn.is_dead(),
-                None => false,
-            },
-        }
-    }
-
-    /// Hands a message received on a connection up and reposts its buffer (from NAPI).
+    /// Hands up the message of a receive completion `wc` if a receive connection made it,
+    /// and posts its buffer again (from NAPI). With a shared receive queue the buffer stays
+    /// in the queue's slot throughout.
     pub(crate) fn receive(
         &self,
         shared: &CmShared,
-        wc: &WorkCompletion,
-        mut buf: ScatterBuffer,
+        wc: &mut WorkCompletion,
         napi: &Napi,
         tally: &mut Tally<'_>,
     ) {
-        let c = &shared.counters;
+        let (qp, status) = (wc.qp_id(), wc.status());
+        let reposted = match &shared.srq {
+            Some(srq) => srq.recycle(wc, |buf, len| {
+                self.handle(shared, buf, len, qp, status, napi, tally)
+            }),
+            None => self.receive_own(shared, wc, napi, tally),
+        };
+        if let Some(Err(_)) = reposted {
+            bump(&shared.counters.rx_errors, 1);
+        }
+    }
+
+    /// [`RxTable::receive`] for connections with rings of their own: the buffer is taken
+    /// from the connection's ring and posted to it again. The table's lock is not held
+    /// across the delivery, and NAPI never holds a reference to the connection.
+    fn receive_own(
+        &self,
+        shared: &CmShared,
+        wc: &mut WorkCompletion,
+        napi: &Napi,
+        tally: &mut Tally<'_>,
+    ) -> Option<Result> {
+        let (qp, status) = (wc.qp_id(), wc.status());
+        let mut buf = self
+            .rings
+            .lock()
+            .get(&qp)
+            .and_then(|conn| conn.qp.complete_recv(wc))?;
+        self.handle(shared, &mut buf, wc.byte_len(), qp, status, napi, tally);
+        // A flushed buffer belongs to a closing connection: it goes with it.
+        if matches!(status, WcStatus::Flushed) {
+            return None;
+        }
+        let rings = self.rings.lock();
+        let conn = rings.get(&qp)?;
+        // A connection closing meanwhile refuses it; it goes.
+        match conn.qp.post_recv(buf) {
+            Err(_) if conn.is_dead() => None,
+            posted => Some(posted),
+        }
+    }
+
+    /// Hands up a message that filled `len` bytes of `buf`, received on connection queue
+    /// pair `qp` with `status`.
+    #[allow(clippy::too_many_arguments)]
+    fn handle(
+        &self,
+        shared: &CmShared,
+        buf: &mut ScatterBuffer,
+        len: u32,
+        qp: QpId,
+        status: WcStatus,
+        napi: &Napi,
+        tally: &mut Tally<'_>,
+    ) {
         crate::params::ipoib_dbg_cm_data!(
             "{}: connection receive completion, {} bytes, status {:?}\n",
             shared.name(),
-            wc.byte_len(),
-            wc.status()
+            len,
+            status
         );
-        if let WcStatus::Success = wc.status() {
-            if let Some(seen) = self.seen.lock().get_mut(&wc.qp_id()) {
-                seen.last = now_ms();
-                seen.packets += 1;
+        match status {
+            WcStatus::Success => {
+                if let Some(seen) = self.seen.lock().get_mut(&qp) {
+                    seen.last = now_ms();
+                    seen.packets += 1;
+                }
+                srq::deliver(buf, len as usize, napi, tally)
             }
-        }
-        match wc.status() {
-            WcStatus::Success => srq::deliver(&mut buf, wc.byte_len() as usize, napi, tally),
             // A receive connection closed: the buffers it had taken come back.
             WcStatus::Flushed => {}
-            WcStatus::Error(_) => bump(&c.rx_errors, 1),
-        }
-        if self.repost(shared, buf, wc.qp_id(), wc.status()) {
-            bump(&c.rx_errors, 1);
+            WcStatus::Error(_) => bump(&shared.counters.rx_errors, 1),
         }
     }
 }

@@ -268,9 +268,7 @@ impl ConnectedMode {
     /// Hands up the message of a receive completion `wc` if a receive connection's queue
     /// pair made it (from NAPI, for completions the UD queue pair does not own).
     pub(crate) fn receive(&self, wc: &mut WorkCompletion, napi: &Napi, tally: &mut Tally<'_>) {
-        if let Some(buf) = self.rx.complete_recv(&self.shared, wc) {
-            self.rx.receive(&self.shared, wc, buf, napi, tally);
-        }
+        self.rx.receive(&self.shared, wc, napi, tally);
     }
 
     /// Stops listening and destroys every connection (the interface goes down).

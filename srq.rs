@@ -66,15 +66,12 @@ pub(crate) fn deliver(buf: &mut ScatterBuffer, len: usize, napi: &Napi, tally: &
         return;
     };
     rx::deliver_with(head, PacketType::Host, napi, tally, |skb| {
-        let mut left = len.saturating_sub(RX_HEAD);
-        let mut index = 0;
-        while left > 0 {
-            let page = pages.renew(index, GFP_ATOMIC)?;
-            let n = left.min(PAGE_SIZE);
-            skb.add_page(page, 0, n)?;
-            left -= n;
-            index += 1;
-        }
-        Ok(())
+        let rest = len.saturating_sub(RX_HEAD);
+        pages.renew_first(rest.div_ceil(PAGE_SIZE), GFP_ATOMIC, |index, page| {
+            let n = rest
+                .saturating_sub(index.saturating_mul(PAGE_SIZE))
+                .min(PAGE_SIZE);
+            skb.add_page(page, 0, n)
+        })
     });
 }

@@ -1075,6 +1075,32 @@ fn recv_rc(ep: &Endpoint, end: &RcEnd, fill: u8) -> Result {
     Ok(())
 }
 
+/// Receives a message of `fill` into `srq`'s buffer where it lies and posts the buffer again
+/// ([`SharedReceiveQueue::recycle`]); a second recycle of the same completion must find
+/// nothing.
+fn recv_rc_recycled(ep: &Endpoint, srq: &SharedReceiveQueue, fill: u8) -> Result {
+    let mut wc = wait(&ep.recv_cq, 5000).ok_or(EAGAIN)?;
+    let status = wc.status();
+    let mut seen = Err(ENOENT);
+    let reposted = srq.recycle(&mut wc, |buf, len| {
+        let bad = buf
+            .as_slice()
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b != fill.wrapping_add((i / 7) as u8));
+        seen = match (status, len as usize, bad) {
+            (WcStatus::Success, RC_MSG, false) => Ok(()),
+            _ => Err(EIO),
+        };
+    });
+    reposted.ok_or(EINVAL)??;
+    seen?;
+    match srq.recycle(&mut wc, |_, _| {}) {
+        None => Ok(()),
+        Some(_) => Err(EEXIST),
+    }
+}
+
 /// RNR retry counts of the REQ and the REP: neither 7 (all bits set) nor 0, with the lowest
 /// bit clear in one, so that reading the wrong bits of either shows.
 const REQ_RNR_RETRY: u8 = 6;
@@ -1175,6 +1201,19 @@ fn connected(report: &mut Report) -> Result {
     report.check(
         "SRQ: limit event once fewer buffers than the limit are posted",
         passive_signal.wait_flag(F_SRQ_LIMIT, 2000),
+    );
+
+    // One buffer is left posted: the second message lands only if the first one's buffer
+    // was posted again.
+    let recycled = (|| {
+        send_rc(&a, &active, 7)?;
+        recv_rc_recycled(&passive.ep, &passive.srq, 7)?;
+        send_rc(&a, &active, 9)?;
+        recv_rc_recycled(&passive.ep, &passive.srq, 9)
+    })();
+    report.check(
+        "SRQ: a buffer recycled in place holds the message and takes the next one; its completion is used up",
+        recycled,
     );
 
     let disconnect = id

@@ -10,7 +10,7 @@ use crate::{
     bindings,
     error::{
         code::{EINVAL, ENOMEM},
-        Result,
+        Error, Result,
     },
     net::skb::{frag_page, SkBuff},
     page::{Page, PAGE_SIZE},
@@ -302,9 +302,20 @@ impl Drop for MappedBuffer {
 /// A receive buffer in several segments: a head buffer, then pages. Large messages land
 /// mostly in the pages, which the receiver passes up as skb fragments, putting fresh pages
 /// in their place ([`PageSegments::renew`]) instead of copying.
+///
+/// It keeps its scatter list, so that posting it again rewrites only the entries of pages
+/// renewed since it was last posted.
+///
+/// # Invariants
+///
+/// `sges` has `1 + pages.len()` entries. If `lkey` is `Some(k)`, they all have key `k`: the
+/// first describes all of `head`, and entry `1 + i` all of page `i` of `pages`, for every
+/// `i` from `pages.renewed` on.
 pub struct ScatterBuffer {
     head: DmaBuffer,
     pages: PageSegments,
+    sges: KVec<bindings::ib_sge>,
+    lkey: Option<u32>,
 }
 
 /// A page of a [`PageSegments`], mapped for its device to write into.
@@ -319,13 +330,15 @@ struct RecvPage {
 ///
 /// # Invariants
 ///
-/// The `addr` of each of the first `mapped` pages is the mapping of all of its page from
-/// `device`, made by `ib_dma_map_page`, until the page leaves the segments
-/// ([`PageSegments::renew`]) or the segments drop; once made by [`ScatterBuffer::new`],
-/// every page is mapped. Outside queues the pages are synchronised for the CPU.
+/// - The `addr` of each of the first `mapped` pages is the mapping of all of its page from
+///   `device`, made by `ib_dma_map_page`, until the page leaves the segments
+///   ([`PageSegments::renew`]) or the segments drop; once made by [`ScatterBuffer::new`],
+///   every page is mapped. Outside queues the pages are synchronised for the CPU.
+/// - No page from `renewed` on changed since `renewed` was last set to 0.
 pub struct PageSegments {
     pages: KVec<RecvPage>,
     mapped: usize,
+    renewed: usize,
     device: DeviceRef,
 }
 
@@ -360,27 +373,54 @@ impl PageSegments {
         }
     }
 
-    /// Puts a fresh page, allocated with `flags` and mapped on the same device, in place of
-    /// page `index`, and returns the old one unmapped with what the device wrote. `EINVAL`
-    /// if there is no such page, `ENOMEM` if no fresh page could be had (the old one then
-    /// stays).
+    /// Puts fresh pages, allocated with `flags` and mapped on the same device, in place of
+    /// the first `count` pages, and hands each old one, unmapped with what the device wrote,
+    /// to `f` with its index, in order. Stops at the first error: `EINVAL` if there are fewer
+    /// than `count` pages, `ENOMEM` if no fresh page could be had (the old one then stays),
+    /// or the error `f` returned.
     #[inline]
-    pub fn renew(&mut self, index: usize, flags: Flags) -> Result<Page> {
+    pub fn renew_first(
+        &mut self,
+        count: usize,
+        flags: Flags,
+        mut f: impl FnMut(usize, Page) -> Result,
+    ) -> Result {
         let device = self.device.as_raw();
-        let slot = self
+        let slots = self
             .pages
             .get_mut(..self.mapped)
-            .and_then(|mapped| mapped.get_mut(index))
+            .and_then(|mapped| mapped.get_mut(..count))
             .ok_or(EINVAL)?;
-        let page = Page::alloc_page(flags)?;
-        // SAFETY: The device is valid while `self.device` holds its reference; the page is
-        // unmapped before it leaves the segments or is dropped with them.
-        let addr = unsafe { Self::map(device, &page) }?;
-        let old = core::mem::replace(slot, RecvPage { page, addr });
-        // SAFETY: By the type invariant `old.addr` maps `old.page` on `device`; the page has
-        // left the segments, so it is unmapped once, here.
-        unsafe { unmap(device, old.addr, PAGE_SIZE, DmaDirection::FromDevice, true) };
-        Ok(old.page)
+        let mut renewed = 0;
+        let mut result = Ok(());
+        for (index, slot) in slots.iter_mut().enumerate() {
+            let fresh = Page::alloc_page(flags)
+                .map_err(Error::from)
+                .and_then(|page| {
+                    // SAFETY: The device is valid while `self.device` holds its reference; the
+                    // page is unmapped before it leaves the segments or is dropped with them.
+                    let addr = unsafe { Self::map(device, &page) }?;
+                    Ok(RecvPage { page, addr })
+                });
+            let old = match fresh {
+                Ok(fresh) => core::mem::replace(slot, fresh),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            renewed = index + 1;
+            // SAFETY: By the type invariant `old.addr` maps `old.page` on `device`; the page
+            // has left the segments, so it is unmapped once, here.
+            unsafe { unmap(device, old.addr, PAGE_SIZE, DmaDirection::FromDevice, true) };
+            if let Err(e) = f(index, old.page) {
+                result = Err(e);
+                break;
+            }
+        }
+        // INVARIANT: of the pages, only the first `renewed` changed.
+        self.renewed = self.renewed.max(renewed);
+        result
     }
 
     /// Hands every page to the device (`to_device`) or back to the CPU.
@@ -431,6 +471,7 @@ impl ScatterBuffer {
         let mut segments = PageSegments {
             pages: KVec::with_capacity(pages, flags)?,
             mapped: 0,
+            renewed: 0,
             device: device.get_ref()?,
         };
         for _ in 0..pages {
@@ -446,10 +487,54 @@ impl ScatterBuffer {
             // INVARIANT: the page is counted as soon as it is mapped.
             segments.mapped += 1;
         }
+        let sges = KVec::from_elem(bindings::ib_sge::default(), 1 + pages, flags)?;
+        // INVARIANT: the scatter list has its entries, not written yet (`lkey` is `None`).
         Ok(Self {
             head,
             pages: segments,
+            sges,
+            lkey: None,
         })
+    }
+
+    /// The buffer's scatter list with `lkey`, as kept from its last post: written in full
+    /// the first time (or for another key), else only the entries of pages renewed since.
+    #[inline]
+    pub(crate) fn scatter_list(&mut self, lkey: u32) -> Result<&mut [bindings::ib_sge]> {
+        let all = self.lkey != Some(lkey);
+        let (first, rest) = self.sges.split_first_mut().ok_or(EINVAL)?;
+        if all {
+            self.lkey = None;
+            *first = bindings::ib_sge {
+                addr: self.head.dma_addr(),
+                length: u32::try_from(self.head.len()).map_err(|_| EINVAL)?,
+                lkey,
+            };
+        }
+        let stale = if all {
+            &self.pages.pages[..]
+        } else {
+            self.pages
+                .pages
+                .get(..self.pages.renewed)
+                .unwrap_or_default()
+        };
+        for (sge, page) in rest.iter_mut().zip(stale) {
+            if all {
+                *sge = bindings::ib_sge {
+                    addr: page.addr,
+                    length: PAGE_SIZE as u32,
+                    lkey,
+                };
+            } else {
+                sge.addr = page.addr;
+            }
+        }
+        // INVARIANT: every entry is written with `lkey`: all of them, or those of the pages
+        // renewed since the last time.
+        self.pages.renewed = 0;
+        self.lkey = Some(lkey);
+        Ok(&mut self.sges)
     }
 
     /// The head segment.

@@ -287,7 +287,7 @@ mod sealed {
 
     /// The scatter/gather entries of a [`super::ScatterBuffer`]: the first `n` of `sges`
     /// (a type outside code cannot name). Made for every receive posted, so not zeroed
-    /// first: only the entries the buffer has are written.
+    /// first, and written where they lie: only the entries the buffer has.
     ///
     /// # Invariants
     ///
@@ -297,15 +297,27 @@ mod sealed {
         n: usize,
     }
 
-    impl ScatterSges {
-        /// The entries of `buf` with `lkey`.
+    impl Default for ScatterSges {
         #[inline]
-        pub(super) fn of(buf: &super::ScatterBuffer, lkey: u32) -> Result<Self> {
-            let mut sges = [const { core::mem::MaybeUninit::uninit() }; super::MAX_RECV_SGE];
-            let n = buf.fill_sges(lkey, &mut sges)?;
+        fn default() -> Self {
+            // INVARIANT: no entry is counted.
+            Self {
+                sges: [const { core::mem::MaybeUninit::uninit() }; super::MAX_RECV_SGE],
+                n: 0,
+            }
+        }
+    }
+
+    impl ScatterSges {
+        /// Writes the entries of `buf` with `lkey`.
+        #[inline]
+        pub(super) fn write(&mut self, buf: &super::ScatterBuffer, lkey: u32) -> Result {
+            self.n = 0;
+            let n = buf.fill_sges(lkey, &mut self.sges)?;
             // INVARIANT: `fill_sges` wrote the first `n` entries, at most as many as there
             // are.
-            Ok(Self { sges, n })
+            self.n = n;
+            Ok(())
         }
     }
 
@@ -324,8 +336,8 @@ mod sealed {
         /// What a receive ring keeps while the device owns the memory.
         type Posted: Send;
         /// The scatter/gather entries of a receive, no more than it needs (they are made for
-        /// every receive posted).
-        type Sges: AsMut<[bindings::ib_sge]>;
+        /// every receive posted, in place: `Default` gives room for them).
+        type Sges: AsMut<[bindings::ib_sge]> + Default;
         /// Makes the memory the device's to write: `EINVAL` unless `device` may write all
         /// of it; on failure the memory is freed.
         ///
@@ -333,11 +345,39 @@ mod sealed {
         ///
         /// `device` must stay valid for as long as the result lives.
         unsafe fn hand_over(self, device: &super::Device) -> Result<Self::Posted>;
-        /// The memory as scatter/gather entries with `lkey`.
-        fn sges(posted: &Self::Posted, lkey: u32) -> Result<Self::Sges>;
+        /// Writes the memory as scatter/gather entries with `lkey` to `out`.
+        fn sges(posted: &Self::Posted, lkey: u32, out: &mut Self::Sges) -> Result;
         /// Takes the memory back for the CPU, with the number of bytes the device wrote if
         /// the receive completed.
         fn take_back(posted: Self::Posted, written: Option<u32>) -> Self;
+    }
+
+    /// Receive memory the device writes where the CPU reads it, so that it can be posted
+    /// again where it lies.
+    pub trait InPlace: Sealed<Posted = Self> {
+        /// Hands the memory, back from the device, to the CPU.
+        fn to_cpu(&self);
+        /// Whether `device` may write all of the memory.
+        fn writable_by(&self, device: &super::Device) -> bool;
+        /// Hands the memory to its device.
+        fn sync_to_device(&self);
+        /// Hands the memory to the device again: `EINVAL` unless `device` may write all of
+        /// it.
+        #[inline]
+        fn to_device(&self, device: &super::Device) -> Result {
+            if !self.writable_by(device) {
+                return Err(crate::error::code::EINVAL);
+            }
+            self.sync_to_device();
+            Ok(())
+        }
+        /// The memory's scatter/gather entries with `lkey`: in `scratch`, or kept by the
+        /// memory itself.
+        fn sg_list<'a>(
+            &'a mut self,
+            lkey: u32,
+            scratch: &'a mut Self::Sges,
+        ) -> Result<&'a mut [bindings::ib_sge]>;
     }
 }
 
@@ -346,25 +386,28 @@ mod sealed {
 /// and which comes back holding what it received (the skb for the stack, without a copy).
 pub trait RecvBuffer: sealed::Sealed + Send {}
 
+/// A [`RecvBuffer`] that a completion can lend to the receiver and that is then posted again
+/// in the same slot ([`super::srq::SharedReceiveQueue::recycle`]): a [`DmaBuffer`] or a
+/// [`ScatterBuffer`]. Nothing is moved or taken out of the queue's slot per receive.
+pub trait RecyclableBuffer: RecvBuffer + sealed::InPlace {}
+
 impl sealed::Sealed for DmaBuffer {
     type Posted = Self;
     type Sges = [bindings::ib_sge; 1];
     #[inline]
     unsafe fn hand_over(self, device: &Device) -> Result<Self> {
-        if !self.usable_by(device, true) {
-            return Err(EINVAL);
-        }
-        self.sync_for_device();
+        sealed::InPlace::to_device(&self, device)?;
         Ok(self)
     }
     #[inline]
-    fn sges(posted: &Self, lkey: u32) -> Result<Self::Sges> {
+    fn sges(posted: &Self, lkey: u32, out: &mut Self::Sges) -> Result {
         let length = u32::try_from(posted.len()).map_err(|_| EINVAL)?;
-        Ok([bindings::ib_sge {
+        *out = [bindings::ib_sge {
             addr: posted.dma_addr(),
             length,
             lkey,
-        }])
+        }];
+        Ok(())
     }
     #[inline]
     fn take_back(posted: Self, _written: Option<u32>) -> Self {
@@ -372,22 +415,43 @@ impl sealed::Sealed for DmaBuffer {
         posted
     }
 }
+impl sealed::InPlace for DmaBuffer {
+    #[inline]
+    fn to_cpu(&self) {
+        self.sync_for_cpu();
+    }
+    #[inline]
+    fn writable_by(&self, device: &Device) -> bool {
+        self.usable_by(device, true)
+    }
+    #[inline]
+    fn sync_to_device(&self) {
+        self.sync_for_device();
+    }
+    #[inline]
+    fn sg_list<'a>(
+        &'a mut self,
+        lkey: u32,
+        scratch: &'a mut Self::Sges,
+    ) -> Result<&'a mut [bindings::ib_sge]> {
+        <Self as sealed::Sealed>::sges(self, lkey, scratch)?;
+        Ok(scratch)
+    }
+}
 impl RecvBuffer for DmaBuffer {}
+impl RecyclableBuffer for DmaBuffer {}
 
 impl sealed::Sealed for ScatterBuffer {
     type Posted = Self;
     type Sges = sealed::ScatterSges;
     #[inline]
     unsafe fn hand_over(self, device: &Device) -> Result<Self> {
-        if !self.usable_by(device) {
-            return Err(EINVAL);
-        }
-        self.sync_for_device();
+        sealed::InPlace::to_device(&self, device)?;
         Ok(self)
     }
     #[inline]
-    fn sges(posted: &Self, lkey: u32) -> Result<sealed::ScatterSges> {
-        sealed::ScatterSges::of(posted, lkey)
+    fn sges(posted: &Self, lkey: u32, out: &mut sealed::ScatterSges) -> Result {
+        out.write(posted, lkey)
     }
     #[inline]
     fn take_back(posted: Self, _written: Option<u32>) -> Self {
@@ -395,7 +459,30 @@ impl sealed::Sealed for ScatterBuffer {
         posted
     }
 }
+impl sealed::InPlace for ScatterBuffer {
+    #[inline]
+    fn to_cpu(&self) {
+        self.sync_for_cpu();
+    }
+    #[inline]
+    fn writable_by(&self, device: &Device) -> bool {
+        self.usable_by(device)
+    }
+    #[inline]
+    fn sync_to_device(&self) {
+        self.sync_for_device();
+    }
+    #[inline]
+    fn sg_list<'a>(
+        &'a mut self,
+        lkey: u32,
+        _scratch: &'a mut Self::Sges,
+    ) -> Result<&'a mut [bindings::ib_sge]> {
+        self.scatter_list(lkey)
+    }
+}
 impl RecvBuffer for ScatterBuffer {}
+impl RecyclableBuffer for ScatterBuffer {}
 
 impl sealed::Sealed for SkBuff {
     type Posted = RecvSkb;
@@ -406,8 +493,9 @@ impl sealed::Sealed for SkBuff {
         unsafe { RecvSkb::new(device.as_raw(), self) }
     }
     #[inline]
-    fn sges(posted: &RecvSkb, lkey: u32) -> Result<Self::Sges> {
-        Ok([posted.sge(lkey)])
+    fn sges(posted: &RecvSkb, lkey: u32, out: &mut Self::Sges) -> Result {
+        *out = [posted.sge(lkey)];
+        Ok(())
     }
     #[inline]
     fn take_back(posted: RecvSkb, written: Option<u32>) -> Self {
@@ -458,28 +546,43 @@ impl<B: RecvBuffer> RecvRing<B> {
     ) -> Result {
         // SAFETY: The caller keeps `device` valid while the ring, hence what it keeps, lives.
         let posted = unsafe { B::hand_over(buf, device) }?;
-        let mut sges = B::sges(&posted, lkey)?;
-        let sges = sges.as_mut();
-        let num_sge = c_int::try_from(sges.len()).map_err(|_| EINVAL)?;
+        let mut sges = B::Sges::default();
+        B::sges(&posted, lkey, &mut sges)?;
         let claim = self.slots.claim().ok_or(ENOSPC)?;
         // The buffer is in its slot before the device can complete the request.
         let wr_id = claim.fill(posted);
-        let wr = bindings::ib_recv_wr {
-            next: core::ptr::null_mut(),
-            __bindgen_anon_1: bindings::ib_recv_wr__bindgen_ty_1 { wr_id },
-            sg_list: sges.as_mut_ptr(),
-            num_sge,
+        let sges = sges.as_mut();
+        self.submit(wr_id, (sges.as_mut_ptr(), sges.len()), post)
+    }
+
+    /// Posts request `wr_id`, whose buffer is in its slot, with the `n` entries at `sg_list`
+    /// through `post`; if that fails, takes the buffer back and frees it. The entries are
+    /// on the caller's stack or in the buffer: either way valid until the device has taken
+    /// the request in, which it does before it can complete it.
+    #[inline(always)]
+    fn submit(
+        &self,
+        wr_id: u64,
+        (sg_list, n): (*mut bindings::ib_sge, usize),
+        post: impl FnOnce(&bindings::ib_recv_wr) -> c_int,
+    ) -> Result {
+        let ret = match c_int::try_from(n) {
+            Ok(num_sge) => post(&bindings::ib_recv_wr {
+                next: core::ptr::null_mut(),
+                __bindgen_anon_1: bindings::ib_recv_wr__bindgen_ty_1 { wr_id },
+                sg_list,
+                num_sge,
+            }),
+            Err(_) => EINVAL.to_errno(),
         };
-        let ret = post(&wr);
         if ret != 0 {
             // Not posted: no completion names the slot (a reset may have taken the buffer
             // meanwhile, and given it back).
             if let Some(posted) = self.slots.take(wr_id) {
                 drop(B::take_back(posted, None));
             }
-            return to_result(ret);
         }
-        Ok(())
+        to_result(ret)
     }
 
     /// Takes back the buffer that `wc` completes, if `wc` names one of our requests, and
@@ -490,6 +593,46 @@ impl<B: RecvBuffer> RecvRing<B> {
         let posted = self.slots.take(wc.wr_id())?;
         wc.consume();
         Some(B::take_back(posted, Some(wc.byte_len())))
+    }
+
+    /// Lends the buffer that `wc` completes, synchronised for the CPU, to `f` with the number
+    /// of bytes the device wrote, then posts it again through `post` in the same slot, and
+    /// uses `wc` up. `None` if `wc` names none of our requests (or was used up already); else
+    /// whether the buffer was posted again. `EINVAL` if the device may not write all of what
+    /// `f` left; then, or if `post` fails, the buffer is freed.
+    ///
+    /// # Safety
+    ///
+    /// As for [`RecvRing::post`].
+    #[inline]
+    pub(crate) unsafe fn recycle(
+        &self,
+        wc: &mut WorkCompletion,
+        (device, lkey): (&Device, u32),
+        post: impl FnOnce(&bindings::ib_recv_wr) -> c_int,
+        f: impl FnOnce(&mut B, u32),
+    ) -> Option<Result>
+    where
+        B: RecyclableBuffer,
+    {
+        let mut held = self.slots.hold(wc.wr_id())?;
+        wc.consume();
+        let buf = held.value()?;
+        sealed::InPlace::to_cpu(buf);
+        f(buf, wc.byte_len());
+        let mut scratch = B::Sges::default();
+        // Dropping `held` on failure frees the buffer and empties the slot.
+        let described = sealed::InPlace::to_device(buf, device)
+            .and_then(|()| sealed::InPlace::sg_list(buf, lkey, &mut scratch))
+            .map(|list| (list.as_mut_ptr(), list.len()));
+        let list = match described {
+            Ok(list) => list,
+            Err(e) => return Some(Err(e)),
+        };
+        // The buffer stays in its slot: the slot names the new request before the device
+        // can complete it.
+        let wr_id = held.refill();
+        Some(self.submit(wr_id, list, post))
     }
 
     /// Leaks every posted buffer, for a queue the device may still write to (its destroy

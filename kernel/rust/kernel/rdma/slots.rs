@@ -172,6 +172,21 @@ impl<T> WorkSlots<T> {
         taken
     }
 
+    /// Keeps what the request `wr_id` left in its slot there, for the request that will use
+    /// it next: the slot is held as a claim is, but full. `None` if the slot does not hold
+    /// that request's (as [`WorkSlots::take`]). For values posted again and again.
+    #[inline]
+    pub(crate) fn hold(&self, wr_id: u64) -> Option<Held<'_, T>> {
+        let slot = self.seize(wr_id)?;
+        // INVARIANT: this thread moved the slot to `BUSY`; a slot named by a `wr_id` holds
+        // `Some`.
+        Some(Held {
+            slot,
+            index: wr_id & 0xffff_ffff,
+            serial: &self.serial,
+        })
+    }
+
     /// Takes what every request left in its slot, one by one to `f`, for a queue the device
     /// gave up (a reset, a destroy that failed). A slot another thread holds `BUSY` at that
     /// moment (a post or a completion under way) is left to it.
@@ -262,5 +277,51 @@ impl<T> Drop for Claim<'_, T> {
     fn drop(&mut self) {
         // INVARIANT: the claim never filled the slot, or emptied it again.
         self.slot.state.store(EMPTY, Ordering::Release);
+    }
+}
+
+/// A slot held with the value a completed request left in it, to be used by the next request
+/// where it lies ([`Held::refill`]); dropping it empties the slot, dropping the value.
+///
+/// # Invariants
+///
+/// The holder moved `slot` to `BUSY` and keeps it so; the slot's value is `Some`. `index` is
+/// the slot's index in the table whose serial is `serial`.
+pub(crate) struct Held<'a, T> {
+    slot: &'a Slot<T>,
+    index: u64,
+    serial: &'a AtomicU32,
+}
+
+impl<T> Held<'_, T> {
+    /// The value, for the holder alone.
+    #[inline]
+    pub(crate) fn value(&mut self) -> Option<&mut T> {
+        // SAFETY: The slot is `BUSY` by this holder (type invariant), so this thread alone
+        // accesses the value while `self` is borrowed.
+        unsafe { (*self.slot.value.get()).as_mut() }
+    }
+
+    /// Names the slot's value as the value of a new request, and returns the request's
+    /// `wr_id`, as [`Claim::fill`] does.
+    #[inline]
+    pub(crate) fn refill(self) -> u64 {
+        let this = core::mem::ManuallyDrop::new(self);
+        let wr_id = (u64::from(this.serial.load(Ordering::Relaxed)) << 32) | this.index;
+        // INVARIANT: the slot still holds `Some` (only `value` reached it, which cannot empty
+        // it), so it holds the request's value before it names the request.
+        this.slot.state.store(wr_id, Ordering::Release);
+        wr_id
+    }
+}
+
+impl<T> Drop for Held<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: The slot is `BUSY` by this holder (type invariant); emptied before it is
+        // released.
+        let value = unsafe { (*self.slot.value.get()).take() };
+        // INVARIANT: the slot is emptied, then released.
+        self.slot.state.store(EMPTY, Ordering::Release);
+        drop(value);
     }
 }

@@ -9,7 +9,7 @@ use super::{
     device::Device,
     dma::DmaBuffer,
     pd::ProtectionDomain,
-    qp::{RecvBuffer, RecvRing, SharedQueue},
+    qp::{RecvBuffer, RecvRing, RecyclableBuffer, SharedQueue},
 };
 use crate::{
     bindings,
@@ -17,7 +17,7 @@ use crate::{
         code::{EINVAL, EOPNOTSUPP},
         from_err_ptr, to_result, Result,
     },
-    ffi::c_void,
+    ffi::{c_int, c_void},
     prelude::*,
     sync::Arc,
 };
@@ -191,25 +191,52 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
         })
     }
 
-    /// Posts `buf` for the next message any attached queue pair receives. On failure the
-    /// buffer is freed.
-    pub fn post_recv(&self, buf: B) -> Result {
+    /// How a request is handed to the device: as `ib_post_srq_recv` (inline in C) does.
+    /// `EOPNOTSUPP` if the device cannot.
+    #[inline]
+    fn poster(&self) -> Result<impl FnOnce(&bindings::ib_recv_wr) -> c_int> {
         let srq = self.srq.as_ptr();
         // SAFETY: `srq` is valid, and so its device, whose operations are set while it is
         // registered.
-        let Some(post_srq_recv) = (unsafe { (*(*srq).device).ops.post_srq_recv }) else {
-            return Err(EOPNOTSUPP);
-        };
-        let post = |wr: &bindings::ib_recv_wr| {
+        let post_srq_recv = unsafe { (*(*srq).device).ops.post_srq_recv }.ok_or(EOPNOTSUPP)?;
+        Ok(move |wr: &bindings::ib_recv_wr| {
             let mut bad = core::ptr::null();
             // SAFETY: `srq` is valid; `wr` is valid for the call and describes a buffer the
-            // ring keeps until the request completes. Called as `ib_post_srq_recv` (inline in
-            // C) calls it.
+            // ring keeps until the request completes.
             unsafe { post_srq_recv(srq, wr, &mut bad) }
-        };
+        })
+    }
+
+    /// Posts `buf` for the next message any attached queue pair receives. On failure the
+    /// buffer is freed.
+    pub fn post_recv(&self, buf: B) -> Result {
+        let post = self.poster()?;
         let device = (self.pd.device(), self.pd.local_dma_lkey());
         // SAFETY: The domain, which holds the device, is dropped after the ring (field order).
         unsafe { self.ring.post(buf, device, post) }
+    }
+
+    /// Lends the buffer of the receive that `wc` (from any attached queue pair) completes,
+    /// synchronised for the CPU, to `f` with the number of bytes received, then posts it
+    /// again, and uses `wc` up: the buffer never leaves the queue. `None` if `wc` is not one
+    /// of ours, or was used up already; else whether the buffer was posted again (if not, it
+    /// was freed: `EINVAL` if `f` left one the device may not write).
+    #[inline]
+    pub fn recycle(&self, wc: &mut WorkCompletion, f: impl FnOnce(&mut B, u32)) -> Option<Result>
+    where
+        B: RecyclableBuffer,
+    {
+        let post = match self.poster() {
+            Ok(post) => post,
+            Err(e) => {
+                // Taken back without being posted again: freed.
+                drop(self.complete_recv(wc)?);
+                return Some(Err(e));
+            }
+        };
+        let device = (self.pd.device(), self.pd.local_dma_lkey());
+        // SAFETY: The domain, which holds the device, is dropped after the ring (field order).
+        unsafe { self.ring.recycle(wc, device, post, f) }
     }
 
     /// Takes back the buffer of the receive that `wc` (from any attached queue pair)

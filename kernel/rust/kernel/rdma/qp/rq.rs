@@ -142,7 +142,8 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
         // SAFETY: The domain, which holds the device, is dropped after the queue's buffers
         // (field order of `QueuePair`).
         let posted = unsafe { B::hand_over(buf, self.qp.pd.device()) }?;
-        let mut sges = B::sges(&posted, lkey)?;
+        let mut sges = <B as Sealed>::Sges::default();
+        B::sges(&posted, lkey, &mut sges)?;
         let index = self.state.free_slot().ok_or(ENOSPC)?;
         let sges = sges.as_mut();
         let num_sge = c_int::try_from(sges.len()).map_err(|_| EINVAL)?;
