@@ -537,6 +537,10 @@ impl UdDatapath {
                 break;
             }
             for wc in &mut wcs[..n] {
+                if wc.qp_id() != self.qp.id() {
+                    other(wc, tally);
+                    continue;
+                }
                 // The receive queue is locked while the buffer is taken back and replaced;
                 // the datagram goes up once it is unlocked.
                 let ours = self.qp.lock_recvs().ok().and_then(|mut rq| {

@@ -313,6 +313,7 @@ impl WorkCompletion {
     }
 
     /// The queue pair the completion belongs to.
+    #[inline]
     pub fn qp_id(&self) -> QpId {
         QpId(self.qp() as usize)
     }

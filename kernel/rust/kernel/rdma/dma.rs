@@ -543,6 +543,7 @@ impl ScatterBuffer {
     }
 
     /// The head segment to read and the pages to take, at once.
+    #[inline]
     pub fn parts_mut(&mut self) -> (&[u8], &mut PageSegments) {
         (self.head.as_slice(), &mut self.pages)
     }

@@ -1033,6 +1033,7 @@ impl<B: RecvBuffer> QueuePair<B> {
     }
 
     /// The name completions of this queue pair carry ([`WorkCompletion::qp_id`]).
+    #[inline]
     pub fn id(&self) -> QpId {
         QpId(self.qp.as_ptr() as usize)
     }
