@@ -10,6 +10,12 @@
 //! its parent's: the cycle is broken when the child leaves the list, which every deletion
 //! does (`ip link del`, `delete_child`, and the removal of the parent).
 //!
+//! A deleted child may still have work queued (its device is gone, its work items are not
+//! yet run), which must end before the module may go. Deleted under RTNL, which some of
+//! that work takes, it cannot be waited for there: the child's interface stays on the
+//! list, retired, until a work item of the parent has waited for it
+//! ([`Children::reap`]), or the parent's removal does.
+//!
 //! The list is part of the interface's state, so this file does not name the interface: it
 //! reaches it through [`ChildInterface`], which `netdev.rs` implements for it.
 
@@ -57,6 +63,9 @@ pub(crate) trait ChildInterface: DebugView + Sized + 'static {
     ) -> Result<Arc<Self>>;
     /// Waits for the interface's work (once its net_device is unregistered).
     fn flush_work(&self);
+    /// Has [`Children::reap`] run on `this`'s children soon, in process context without
+    /// RTNL.
+    fn reap_children_later(this: &Arc<Self>);
 }
 
 /// Where an interface stands among those of its port.
@@ -112,9 +121,19 @@ impl<I: ChildInterface> Child<I> {
     }
 }
 
+/// A place in the list of children.
+enum Entry<I: ChildInterface> {
+    /// Free for the next child.
+    Free,
+    /// A child.
+    Live(Child<I>),
+    /// A deleted child's interface, kept until its work is done.
+    Retired(Arc<I>),
+}
+
 struct ChildList<I: ChildInterface> {
-    /// Deleted children leave an empty slot, reused by the next one.
-    entries: KVec<Option<Child<I>>>,
+    /// A deleted child's place is retired, then freed for the next one.
+    entries: KVec<Entry<I>>,
     /// Set when the parent goes: no child may be added any more.
     closed: bool,
 }
@@ -190,7 +209,7 @@ impl<I: ChildInterface> Children<I> {
                 return Err(ENOTUNIQ);
             }
             // Room for the entry first: once registered, the child must make the list.
-            if list.entries.iter().all(Option::is_some) {
+            if !list.entries.iter().any(|e| matches!(e, Entry::Free)) {
                 list.entries.reserve(1, GFP_KERNEL)?;
             }
         }
@@ -257,61 +276,97 @@ impl<I: ChildInterface> Children<I> {
             child.dev.delete(rtnl);
             return Err(ENODEV);
         }
-        match list.entries.iter_mut().find(|slot| slot.is_none()) {
-            Some(slot) => *slot = Some(child),
+        match list.entries.iter_mut().find(|e| matches!(e, Entry::Free)) {
+            Some(slot) => *slot = Entry::Live(child),
             // Room was made above, and only RTNL holders add: this does not allocate.
-            None => list.entries.push(Some(child), GFP_ATOMIC)?,
+            None => list.entries.push(Entry::Live(child), GFP_ATOMIC)?,
         }
         Ok(made)
     }
 
     /// Takes `dev` off the list, for `ip link del` (under RTNL); `ENOENT` if it is not a
-    /// child listed here.
-    pub(crate) fn forget(&self, dev: &NetDevice) -> Result {
-        let taken = self
-            .take(|c| core::ptr::eq(c.device(), dev))
+    /// child of `port` listed here.
+    pub(crate) fn forget(port: &Arc<I>, dev: &NetDevice) -> Result {
+        let taken = port
+            .children()
+            .retire(|c| core::ptr::eq(c.device(), dev))
             .ok_or(ENOENT)?;
-        // The core unregisters the device: our reference and the interface go now.
+        // The core unregisters the device; the interface stays until its work is done.
         drop(taken);
+        I::reap_children_later(port);
         Ok(())
     }
 
-    /// Deletes the child made through `create_child` with P_Key `pkey` (a write to
-    /// `delete_child`), under RTNL; `ENODEV` if there is none.
-    pub(crate) fn delete_legacy(&self, rtnl: &Rtnl, pkey: u16) -> Result {
-        let taken = self.take(|c| c.legacy && c.pkey == pkey).ok_or(ENODEV)?;
+    /// Deletes the child of `port` made through `create_child` with P_Key `pkey` (a write
+    /// to `delete_child`), under RTNL; `ENODEV` if there is none.
+    pub(crate) fn delete_legacy(port: &Arc<I>, rtnl: &Rtnl, pkey: u16) -> Result {
+        let taken = port
+            .children()
+            .retire(|c| c.legacy && c.pkey == pkey)
+            .ok_or(ENODEV)?;
         pr_info!("{}: deleted\n", taken.device().name());
         taken.dev.delete(rtnl);
+        I::reap_children_later(port);
         Ok(())
+    }
+
+    /// Waits for the work of deleted children, then lets their interfaces go (process
+    /// context, without RTNL, which their work may take).
+    pub(crate) fn reap(&self) {
+        loop {
+            let retired = self.list.lock().entries.iter_mut().find_map(|e| {
+                if !matches!(e, Entry::Retired(_)) {
+                    return None;
+                }
+                match core::mem::replace(e, Entry::Free) {
+                    Entry::Retired(interface) => Some(interface),
+                    _ => None,
+                }
+            });
+            let Some(interface) = retired else {
+                return;
+            };
+            interface.flush_work();
+        }
     }
 
     /// Deletes every child, as the parent goes (process context, without RTNL): no child
-    /// may be added afterwards. Returns once their work is done.
+    /// may be added afterwards. Returns once their work, and that of children deleted
+    /// before, is done.
     pub(crate) fn delete_all(&self) {
         let taken = {
             let mut list = self.list.lock();
             list.closed = true;
             core::mem::take(&mut list.entries)
         };
-        for child in taken.into_iter().flatten() {
-            let Child { dev, interface, .. } = child;
-            {
-                let rtnl = RtnlGuard::lock();
-                dev.delete(&rtnl);
-            }
-            // Unregistered as the lock was dropped: nothing queues work any more.
+        for entry in taken {
+            let interface = match entry {
+                Entry::Free => continue,
+                Entry::Retired(interface) => interface,
+                Entry::Live(Child { dev, interface, .. }) => {
+                    let rtnl = RtnlGuard::lock();
+                    dev.delete(&rtnl);
+                    interface
+                }
+            };
+            // Unregistered: nothing queues work any more.
             interface.flush_work();
         }
     }
 
-    /// Takes the first child `matches` accepts off the list.
-    fn take(&self, matches: impl Fn(&Child<I>) -> bool) -> Option<Child<I>> {
+    /// Takes the first child `matches` accepts off the list, leaving its interface retired
+    /// in its place.
+    fn retire(&self, matches: impl Fn(&Child<I>) -> bool) -> Option<Child<I>> {
         let mut list = self.list.lock();
         let slot = list
             .entries
             .iter_mut()
-            .find(|slot| slot.as_ref().is_some_and(&matches))?;
-        slot.take()
+            .find(|e| matches!(e, Entry::Live(c) if matches(c)))?;
+        let Entry::Live(child) = core::mem::replace(slot, Entry::Free) else {
+            return None;
+        };
+        *slot = Entry::Retired(child.interface.clone());
+        Some(child)
     }
 
     /// Calls `f` on each child (process context).
@@ -334,7 +389,10 @@ impl<I: ChildInterface> Children<I> {
 
 impl<I: ChildInterface> ChildList<I> {
     fn children(&self) -> impl Iterator<Item = &Child<I>> {
-        self.entries.iter().flatten()
+        self.entries.iter().filter_map(|e| match e {
+            Entry::Live(child) => Some(child),
+            _ => None,
+        })
     }
 }
 

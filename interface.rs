@@ -79,6 +79,9 @@ const MCAST_RETRY_WORK: u64 = 5;
 /// of the broadcast group, the address with a new GID. It takes RTNL, so it is not flushed
 /// when the interface goes down (`ndo_stop` holds RTNL).
 pub(crate) const RTNL_WORK: u64 = 6;
+/// The work item that waits for the work of deleted children, then lets them go
+/// ([`Children::reap`]).
+const CHILD_REAP_WORK: u64 = 7;
 
 /// What the interfaces of a port need to know of it: queried once, for the first interface
 /// (querying a RoCE port takes RTNL, which child creation holds), and passed on to its
@@ -202,6 +205,8 @@ pub(crate) struct Interface {
     port_work: Work<Interface, PORT_WORK>,
     #[pin]
     stall_work: Work<Interface, STALL_WORK>,
+    #[pin]
+    child_reap_work: Work<Interface, CHILD_REAP_WORK>,
     /// Runs periodically while the interface is up.
     #[pin]
     neigh_gc: DelayedWork<Interface, NEIGH_GC_WORK>,
@@ -496,6 +501,7 @@ impl Interface {
                 rtnl_work <- new_work!("Interface::rtnl_work"),
                 port_work <- new_work!("Interface::port_work"),
                 stall_work <- new_work!("Interface::stall_work"),
+                child_reap_work <- new_work!("Interface::child_reap_work"),
                 neigh_gc <- new_delayed_work!("Interface::neigh_gc"),
             }),
             GFP_KERNEL,
@@ -969,8 +975,18 @@ impl Interface {
         self.paths.forget(&self.ud, i64::MAX);
     }
 
+    /// Has the work of deleted children waited for, then lets them go (from a deletion,
+    /// under RTNL).
+    pub(crate) fn reap_children_later(this: &Arc<Self>) {
+        // Already queued: that run reaps this child too.
+        let _ = workqueue::system().enqueue::<_, CHILD_REAP_WORK>(this.clone());
+    }
+
     /// Waits for every work item of the interface (once it is unregistered).
     pub(crate) fn flush_work(&self) {
+        // Deleted children's work is waited for by the parent's removal
+        // (`Children::delete_all`, which runs first); a reaping run may still be under way.
+        self.child_reap_work.flush();
         // Those that queue others first: neighbour ageing queues the port work item, which
         // (like the stall work item) may queue the RTNL, resolve and multicast work items,
         // the UD recovery and connected mode's work.
@@ -1040,6 +1056,7 @@ impl_has_work! {
     impl HasWork<Self, PORT_WORK> for Interface { self.port_work }
     impl HasWork<Self, STALL_WORK> for Interface { self.stall_work }
     impl HasWork<Self, RTNL_WORK> for Interface { self.rtnl_work }
+    impl HasWork<Self, CHILD_REAP_WORK> for Interface { self.child_reap_work }
 }
 
 impl_has_delayed_work! {
@@ -1077,6 +1094,14 @@ impl WorkItem<RTNL_WORK> for Interface {
 
     fn run(this: Arc<Interface>) {
         this.apply_under_rtnl();
+    }
+}
+
+impl WorkItem<CHILD_REAP_WORK> for Interface {
+    type Pointer = Arc<Interface>;
+
+    fn run(this: Arc<Interface>) {
+        this.children.reap();
     }
 }
 

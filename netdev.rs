@@ -351,7 +351,7 @@ impl Operations for IpoibNetdev {
                     Children::<Interface>::create(&iface.into(), dev, &rtnl, pkey, request)
                         .map(|_| ())
                 } else {
-                    iface.children().delete_legacy(&rtnl, pkey)
+                    Children::<Interface>::delete_legacy(&iface.into(), &rtnl, pkey)
                 }
             }
             _ => Err(EINVAL),
@@ -430,7 +430,7 @@ impl Operations for IpoibNetdev {
 
     fn del_link(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, _rtnl: &Rtnl) -> Result {
         match iface.role().parent_interface() {
-            Some(parent) => parent.children().forget(dev),
+            Some(parent) => Children::forget(parent, dev),
             None => Err(EINVAL),
         }
     }
@@ -474,5 +474,9 @@ impl ChildInterface for Interface {
 
     fn flush_work(&self) {
         Interface::flush_work(self)
+    }
+
+    fn reap_children_later(this: &Arc<Self>) {
+        Interface::reap_children_later(this)
     }
 }
