@@ -158,6 +158,9 @@ pub(crate) struct UdDatapath {
     posts: AtomicU32,
     /// NAPI saw a failed send or an unexpected flush: the queue pair may have failed.
     recovery_due: AtomicBool,
+    /// NAPI left the send CQ unarmed, for the tail work item: completions there show only
+    /// when it is polled. Written by NAPI only.
+    send_unarmed: AtomicBool,
     /// Brings a failed queue pair back (a device may fail it when a send finds the port
     /// down; rxe does).
     #[pin]
@@ -263,6 +266,7 @@ impl UdDatapath {
                 reap_at: (send_ring / 2).clamp(1, REAP_AT),
                 posts: AtomicU32::new(0),
                 recovery_due: AtomicBool::new(false),
+                send_unarmed: AtomicBool::new(true),
                 recover_work <- new_work!("UdDatapath::recover_work"),
                 tail_work <- new_delayed_work!("UdDatapath::tail_work"),
             }),
@@ -416,11 +420,12 @@ impl UdDatapath {
     }
 
     /// Reaps the send completions (from NAPI) if the send CQ fired or the tail work item
-    /// asked, or the queue is stopped (connected mode may have taken the last credit, and
-    /// datagram sends completed but not reaped must not hold its wake back). If it found
-    /// some, more are likely on their way: the tail work item has NAPI reap them together
-    /// later, while the interface is `up`. Otherwise, or while the queue is stopped (whose
-    /// wake must not wait), the CQ is armed again.
+    /// asked, or the queue is stopped while the CQ is not armed (connected mode may have
+    /// taken the last credit, and datagram sends completed but not reaped must not hold its
+    /// wake back; an armed CQ says when they complete). If it found some, more are likely
+    /// on their way: the tail work item has NAPI reap them together later, while the
+    /// interface is `up`. Otherwise, or while the queue is stopped (whose wake must not
+    /// wait), the CQ is armed again.
     pub(crate) fn poll_sends(
         self: &Arc<Self>,
         dev: &NetDevice,
@@ -429,14 +434,18 @@ impl UdDatapath {
         tally: &mut Tally<'_>,
     ) {
         let stopped = dev.queue_stopped();
-        if !self.send_cq.handler().take() && !stopped {
+        let due =
+            self.send_cq.handler().take() || (stopped && self.send_unarmed.load(Ordering::Relaxed));
+        if !due {
             return;
         }
         if self.reap_sends(wcs, tally) > 0 && !stopped && up {
+            self.send_unarmed.store(true, Ordering::Relaxed);
             let _ = workqueue::system()
                 .enqueue_delayed::<_, TAIL_WORK>(self.clone(), msecs_to_jiffies(TAIL_MS));
         } else {
             cq::rearm(&self.send_cq);
+            self.send_unarmed.store(false, Ordering::Relaxed);
         }
     }
 
