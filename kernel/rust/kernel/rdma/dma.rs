@@ -548,35 +548,6 @@ impl ScatterBuffer {
         (self.head.as_slice(), &mut self.pages)
     }
 
-    /// The segments as scatter/gather entries with `lkey`, written to the first entries of
-    /// `out`; returns how many (`EINVAL` if more than `out.len()`).
-    #[inline]
-    pub(crate) fn fill_sges(
-        &self,
-        lkey: u32,
-        out: &mut [MaybeUninit<bindings::ib_sge>],
-    ) -> Result<usize> {
-        let n = 1 + self.pages.len();
-        let (first, rest) = out
-            .get_mut(..n)
-            .ok_or(EINVAL)?
-            .split_first_mut()
-            .ok_or(EINVAL)?;
-        first.write(bindings::ib_sge {
-            addr: self.head.dma_addr(),
-            length: u32::try_from(self.head.len()).map_err(|_| EINVAL)?,
-            lkey,
-        });
-        for (sge, page) in rest.iter_mut().zip(self.pages.pages.iter()) {
-            sge.write(bindings::ib_sge {
-                addr: page.addr,
-                length: PAGE_SIZE as u32,
-                lkey,
-            });
-        }
-        Ok(n)
-    }
-
     #[inline]
     pub(crate) fn sync_for_device(&self) {
         self.head.sync_for_device();

@@ -279,64 +279,15 @@ impl RnrTimer {
     }
 }
 
-/// Most scatter/gather entries of one receive.
-const MAX_RECV_SGE: usize = 16;
-
 mod sealed {
     use crate::{bindings, error::Result};
-
-    /// The scatter/gather entries of a [`super::ScatterBuffer`]: the first `n` of `sges`
-    /// (a type outside code cannot name). Made for every receive posted, so not zeroed
-    /// first, and written where they lie: only the entries the buffer has.
-    ///
-    /// # Invariants
-    ///
-    /// `sges[..n]` are initialised; `n` is at most `MAX_RECV_SGE`.
-    pub struct ScatterSges {
-        sges: [core::mem::MaybeUninit<bindings::ib_sge>; super::MAX_RECV_SGE],
-        n: usize,
-    }
-
-    impl Default for ScatterSges {
-        #[inline]
-        fn default() -> Self {
-            // INVARIANT: no entry is counted.
-            Self {
-                sges: [const { core::mem::MaybeUninit::uninit() }; super::MAX_RECV_SGE],
-                n: 0,
-            }
-        }
-    }
-
-    impl ScatterSges {
-        /// Writes the entries of `buf` with `lkey`.
-        #[inline]
-        pub(super) fn write(&mut self, buf: &super::ScatterBuffer, lkey: u32) -> Result {
-            self.n = 0;
-            let n = buf.fill_sges(lkey, &mut self.sges)?;
-            // INVARIANT: `fill_sges` wrote the first `n` entries, at most as many as there
-            // are.
-            self.n = n;
-            Ok(())
-        }
-    }
-
-    impl AsMut<[bindings::ib_sge]> for ScatterSges {
-        #[inline]
-        fn as_mut(&mut self) -> &mut [bindings::ib_sge] {
-            let n = self.n.min(self.sges.len());
-            // SAFETY: The first `n` entries are initialised (type invariant) and within the
-            // array; `MaybeUninit<T>` has the layout of `T`.
-            unsafe { core::slice::from_raw_parts_mut(self.sges.as_mut_ptr().cast(), n) }
-        }
-    }
 
     /// How receive memory is handed to a device and taken back.
     pub trait Sealed: Sized {
         /// What a receive ring keeps while the device owns the memory.
         type Posted: Send;
-        /// The scatter/gather entries of a receive, no more than it needs (they are made for
-        /// every receive posted, in place: `Default` gives room for them).
+        /// Room for the scatter/gather entries of a receive, for memory that does not keep
+        /// its own (made for every receive posted: `Default` makes it cheaply).
         type Sges: AsMut<[bindings::ib_sge]> + Default;
         /// Makes the memory the device's to write: `EINVAL` unless `device` may write all
         /// of it; on failure the memory is freed.
@@ -345,8 +296,14 @@ mod sealed {
         ///
         /// `device` must stay valid for as long as the result lives.
         unsafe fn hand_over(self, device: &super::Device) -> Result<Self::Posted>;
-        /// Writes the memory as scatter/gather entries with `lkey` to `out`.
-        fn sges(posted: &Self::Posted, lkey: u32, out: &mut Self::Sges) -> Result;
+        /// The memory as scatter/gather entries with `lkey`: written to `scratch`, or kept by
+        /// the memory itself, on the heap, where they stay when the memory moves (into its
+        /// slot, before it is posted).
+        fn sges<'a>(
+            posted: &'a mut Self::Posted,
+            lkey: u32,
+            scratch: &'a mut Self::Sges,
+        ) -> Result<&'a mut [bindings::ib_sge]>;
         /// Takes the memory back for the CPU, with the number of bytes the device wrote if
         /// the receive completed.
         fn take_back(posted: Self::Posted, written: Option<u32>) -> Self;
@@ -371,13 +328,6 @@ mod sealed {
             self.sync_to_device();
             Ok(())
         }
-        /// The memory's scatter/gather entries with `lkey`: in `scratch`, or kept by the
-        /// memory itself.
-        fn sg_list<'a>(
-            &'a mut self,
-            lkey: u32,
-            scratch: &'a mut Self::Sges,
-        ) -> Result<&'a mut [bindings::ib_sge]>;
     }
 }
 
@@ -400,14 +350,18 @@ impl sealed::Sealed for DmaBuffer {
         Ok(self)
     }
     #[inline]
-    fn sges(posted: &Self, lkey: u32, out: &mut Self::Sges) -> Result {
+    fn sges<'a>(
+        posted: &'a mut Self,
+        lkey: u32,
+        scratch: &'a mut Self::Sges,
+    ) -> Result<&'a mut [bindings::ib_sge]> {
         let length = u32::try_from(posted.len()).map_err(|_| EINVAL)?;
-        *out = [bindings::ib_sge {
+        *scratch = [bindings::ib_sge {
             addr: posted.dma_addr(),
             length,
             lkey,
         }];
-        Ok(())
+        Ok(&mut scratch[..])
     }
     #[inline]
     fn take_back(posted: Self, _written: Option<u32>) -> Self {
@@ -428,30 +382,26 @@ impl sealed::InPlace for DmaBuffer {
     fn sync_to_device(&self) {
         self.sync_for_device();
     }
-    #[inline]
-    fn sg_list<'a>(
-        &'a mut self,
-        lkey: u32,
-        scratch: &'a mut Self::Sges,
-    ) -> Result<&'a mut [bindings::ib_sge]> {
-        <Self as sealed::Sealed>::sges(self, lkey, scratch)?;
-        Ok(scratch)
-    }
 }
 impl RecvBuffer for DmaBuffer {}
 impl RecyclableBuffer for DmaBuffer {}
 
 impl sealed::Sealed for ScatterBuffer {
     type Posted = Self;
-    type Sges = sealed::ScatterSges;
+    /// None: the buffer keeps its own.
+    type Sges = [bindings::ib_sge; 0];
     #[inline]
     unsafe fn hand_over(self, device: &Device) -> Result<Self> {
         sealed::InPlace::to_device(&self, device)?;
         Ok(self)
     }
     #[inline]
-    fn sges(posted: &Self, lkey: u32, out: &mut sealed::ScatterSges) -> Result {
-        out.write(posted, lkey)
+    fn sges<'a>(
+        posted: &'a mut Self,
+        lkey: u32,
+        _scratch: &'a mut Self::Sges,
+    ) -> Result<&'a mut [bindings::ib_sge]> {
+        posted.scatter_list(lkey)
     }
     #[inline]
     fn take_back(posted: Self, _written: Option<u32>) -> Self {
@@ -472,14 +422,6 @@ impl sealed::InPlace for ScatterBuffer {
     fn sync_to_device(&self) {
         self.sync_for_device();
     }
-    #[inline]
-    fn sg_list<'a>(
-        &'a mut self,
-        lkey: u32,
-        _scratch: &'a mut Self::Sges,
-    ) -> Result<&'a mut [bindings::ib_sge]> {
-        self.scatter_list(lkey)
-    }
 }
 impl RecvBuffer for ScatterBuffer {}
 impl RecyclableBuffer for ScatterBuffer {}
@@ -493,9 +435,13 @@ impl sealed::Sealed for SkBuff {
         unsafe { RecvSkb::new(device.as_raw(), self) }
     }
     #[inline]
-    fn sges(posted: &RecvSkb, lkey: u32, out: &mut Self::Sges) -> Result {
-        *out = [posted.sge(lkey)];
-        Ok(())
+    fn sges<'a>(
+        posted: &'a mut RecvSkb,
+        lkey: u32,
+        scratch: &'a mut Self::Sges,
+    ) -> Result<&'a mut [bindings::ib_sge]> {
+        *scratch = [posted.sge(lkey)];
+        Ok(&mut scratch[..])
     }
     #[inline]
     fn take_back(posted: RecvSkb, written: Option<u32>) -> Self {
@@ -545,14 +491,15 @@ impl<B: RecvBuffer> RecvRing<B> {
         post: impl FnOnce(&bindings::ib_recv_wr) -> c_int,
     ) -> Result {
         // SAFETY: The caller keeps `device` valid while the ring, hence what it keeps, lives.
-        let posted = unsafe { B::hand_over(buf, device) }?;
-        let mut sges = B::Sges::default();
-        B::sges(&posted, lkey, &mut sges)?;
+        let mut posted = unsafe { B::hand_over(buf, device) }?;
+        let mut scratch = B::Sges::default();
+        let list =
+            B::sges(&mut posted, lkey, &mut scratch).map(|list| (list.as_mut_ptr(), list.len()))?;
         let claim = self.slots.claim().ok_or(ENOSPC)?;
-        // The buffer is in its slot before the device can complete the request.
+        // The buffer is in its slot before the device can complete the request (entries it
+        // keeps stay where they are).
         let wr_id = claim.fill(posted);
-        let sges = sges.as_mut();
-        self.submit(wr_id, (sges.as_mut_ptr(), sges.len()), post)
+        self.submit(wr_id, list, post)
     }
 
     /// Posts request `wr_id`, whose buffer is in its slot, with the `n` entries at `sg_list`
@@ -623,7 +570,7 @@ impl<B: RecvBuffer> RecvRing<B> {
         let mut scratch = B::Sges::default();
         // Dropping `held` on failure frees the buffer and empties the slot.
         let described = sealed::InPlace::to_device(buf, device)
-            .and_then(|()| sealed::InPlace::sg_list(buf, lkey, &mut scratch))
+            .and_then(|()| B::sges(buf, lkey, &mut scratch))
             .map(|list| (list.as_mut_ptr(), list.len()));
         let list = match described {
             Ok(list) => list,

@@ -141,17 +141,18 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
         let lkey = self.qp.pd.local_dma_lkey();
         // SAFETY: The domain, which holds the device, is dropped after the queue's buffers
         // (field order of `QueuePair`).
-        let posted = unsafe { B::hand_over(buf, self.qp.pd.device()) }?;
-        let mut sges = <B as Sealed>::Sges::default();
-        B::sges(&posted, lkey, &mut sges)?;
+        let mut posted = unsafe { B::hand_over(buf, self.qp.pd.device()) }?;
+        let mut scratch = <B as Sealed>::Sges::default();
+        let (sg_list, n) =
+            B::sges(&mut posted, lkey, &mut scratch).map(|list| (list.as_mut_ptr(), list.len()))?;
         let index = self.state.free_slot().ok_or(ENOSPC)?;
-        let sges = sges.as_mut();
-        let num_sge = c_int::try_from(sges.len()).map_err(|_| EINVAL)?;
+        let num_sge = c_int::try_from(n).map_err(|_| EINVAL)?;
         let wr_id = (u64::from(self.state.serial) << 32) | index as u64;
         let wr = bindings::ib_recv_wr {
             next: core::ptr::null_mut(),
             __bindgen_anon_1: bindings::ib_recv_wr__bindgen_ty_1 { wr_id },
-            sg_list: sges.as_mut_ptr(),
+            // On the stack, or kept by the buffer where they stay as it moves into its slot.
+            sg_list,
             num_sge,
         };
         let Some(slot) = self.state.slots.get_mut(index) else {
