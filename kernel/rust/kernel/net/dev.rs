@@ -2,7 +2,64 @@
 
 //! Network devices.
 //!
+//! A driver implements [`Operations`] for a type of its own: the device's set-up and the
+//! `net_device_ops` it supports (unimplemented ones stay null). [`Registration::new`]
+//! allocates, sets up and registers a device with the driver's data, which every callback
+//! borrows; dropping the registration unregisters and frees the device. Callbacks get the
+//! device as a [`NetDevice`] borrowed for the call, and those run under RTNL an [`Rtnl`]
+//! token, which the calls that need the lock require.
+//!
 //! C header: [`include/linux/netdevice.h`](srctree/include/linux/netdevice.h).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::c_str;
+//! use kernel::net::dev::{NetDevice, Operations, Registration, Setup, TxResult};
+//! use kernel::net::rtnl::Rtnl;
+//! use kernel::net::skb::SkBuff;
+//! use kernel::prelude::*;
+//!
+//! /// A device without a link layer that drops what it is given to send.
+//! struct Sink;
+//!
+//! #[vtable]
+//! impl Operations for Sink {
+//!     type Data = ();
+//!     type PollState = ();
+//!
+//!     fn setup(dev: &mut Setup) {
+//!         dev.set_type(0xfffe); // ARPHRD_NONE
+//!         let _ = dev.set_mtu(1500, 68, 9000);
+//!     }
+//!
+//!     fn open(dev: &NetDevice, _data: (), _rtnl: &Rtnl) -> Result {
+//!         dev.start_queue();
+//!         Ok(())
+//!     }
+//!
+//!     fn stop(dev: &NetDevice, _data: (), _rtnl: &Rtnl) -> Result {
+//!         dev.stop_queue();
+//!         Ok(())
+//!     }
+//!
+//!     fn start_xmit(skb: SkBuff, _dev: &NetDevice, _data: ()) -> TxResult {
+//!         // Dropping the packet frees it.
+//!         drop(skb);
+//!         TxResult::Ok
+//!     }
+//! }
+//!
+//! let reg = Registration::<Sink>::new(c_str!("rsdoc%d"), &[], (), None, |setup| {
+//!     setup.set_mtu(1280, 68, 9000)
+//! })?;
+//! let dev = reg.device();
+//! assert!(dev.name().as_bytes().starts_with(b"rsdoc"));
+//! assert_eq!(dev.mtu(), 1280);
+//! // Dropping the registration unregisters the device.
+//! drop(reg);
+//! # Ok::<(), Error>(())
+//! ```
 
 use super::{
     dev_attr::{Attribute, AttributeTable, AttributeText},
@@ -1400,19 +1457,23 @@ impl<T: Operations> Adapter<T> {
                 fields.rtnl_link_ops = kind.as_raw();
             }
         }
-        if let Some(n) = &napi {
-            // The context starts disabled; `open` enables it.
-            // SAFETY: `raw` is valid and unregistered; the context is attached to no other
-            // device (`attached` was false) and outlives the device (kept in its private
-            // area until released).
-            unsafe {
-                bindings::netif_napi_add_weight(
-                    raw,
-                    n.0.as_raw(),
-                    Some(Adapter::<T>::napi_poll_callback),
-                    bindings::NAPI_POLL_WEIGHT as i32,
-                )
-            };
+        // `napi` is `Some` only with `napi_poll` (checked above); the constant test keeps the
+        // callback out of drivers without one, where its default body is a build error.
+        if T::HAS_NAPI_POLL {
+            if let Some(n) = &napi {
+                // The context starts disabled; `open` enables it.
+                // SAFETY: `raw` is valid and unregistered; the context is attached to no
+                // other device (`attached` was false) and outlives the device (kept in its
+                // private area until released).
+                unsafe {
+                    bindings::netif_napi_add_weight(
+                        raw,
+                        n.0.as_raw(),
+                        Some(Adapter::<T>::napi_poll_callback),
+                        bindings::NAPI_POLL_WEIGHT as i32,
+                    )
+                };
+            }
         }
         // SAFETY: The private area of `raw` is sized for `Private<T>` (safety requirement).
         let slot = unsafe { Self::private(raw) };

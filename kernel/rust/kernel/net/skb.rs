@@ -2,7 +2,37 @@
 
 //! Socket buffers.
 //!
+//! An [`SkBuff`] is owned: exactly one holder frees it, when dropped, and handing it to the
+//! stack or to a device moves it. Headers are built with [`SkBuff::reserve`],
+//! [`SkBuff::put`] and [`SkBuff::push`], each bounds-checked, and read back through
+//! [`SkBuff::data`]; a callback the stack lends a packet to gets an `SkBuff<Lent<'_>>`,
+//! which it can edit but neither free nor keep.
+//!
 //! C header: [`include/linux/skbuff.h`](srctree/include/linux/skbuff.h).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::net::skb::SkBuff;
+//! use kernel::prelude::*;
+//!
+//! // Room for a 4-byte header in front of an 8-byte payload.
+//! let mut skb = SkBuff::alloc(None, 64, GFP_KERNEL)?;
+//! skb.reserve(4)?;
+//! skb.put(8)?.copy_from_slice(b"payload!");
+//! skb.push(4)?.copy_from_slice(&[0x08, 0x00, 0x00, 0x00]);
+//! assert_eq!(skb.len(), 12);
+//! assert_eq!(&skb.data()[..6], &[0x08, 0x00, 0x00, 0x00, b'p', b'a']);
+//! // Taking the header off again, and cutting the payload short.
+//! skb.pull(4)?;
+//! skb.trim(3)?;
+//! assert_eq!(skb.data(), b"pay");
+//! // More than the linear part holds is refused, and nothing changes.
+//! assert_eq!(skb.pull(4), Err(EINVAL));
+//! assert_eq!(skb.len(), 3);
+//! // Dropping the skb frees it.
+//! # Ok::<(), Error>(())
+//! ```
 
 use super::dev::NetDevice;
 use crate::{

@@ -2,7 +2,32 @@
 
 //! Address handles: where a UD send goes.
 //!
+//! The route is an [`AhAttr`], built for an InfiniBand LID, a RoCE GID, a path record or a
+//! multicast group; a UD queue pair makes an [`AddressHandle`] of it, which it alone can
+//! send through, and which a send in flight keeps alive: dropping the last reference never
+//! frees a handle the device still uses.
+//!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::net::skb::SkBuff;
+//! use kernel::prelude::*;
+//! use kernel::rdma::ah::{AddressHandle, AhAttr};
+//! use kernel::rdma::qp::QueuePair;
+//! use kernel::sync::Arc;
+//!
+//! /// The handle through which `qp` sends to LID `dlid` of its subnet, on port 1.
+//! fn to_lid(qp: &QueuePair<SkBuff>, dlid: u16) -> Result<Arc<AddressHandle>> {
+//!     qp.address_handle(&AhAttr::ib(1, dlid, 0))
+//! }
+//! # let _ = to_lid;
+//!
+//! // A route is plain data until a queue pair makes a handle of it.
+//! let route = AhAttr::ib(1, 0x12, 0);
+//! drop(route);
+//! ```
 
 use super::{
     cm::{GidAttr, PathRecord},

@@ -2,7 +2,57 @@
 
 //! Completion queues and work completions.
 //!
+//! A driver makes a [`CompletionQueue`] with a [`CompletionHandler`] of its own, which the
+//! device calls, in any context, when a completion arrives on a queue that asked for one
+//! ([`CompletionQueue::request_notify`]). The driver then polls the queue, usually from
+//! NAPI, into [`WorkCompletion`]s it keeps for the purpose, and arms it again.
+//!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+//!
+//! # Examples
+//!
+//! ```
+//! use core::sync::atomic::{AtomicBool, Ordering};
+//! use kernel::c_str;
+//! use kernel::prelude::*;
+//! use kernel::rdma::cq::{CompletionHandler, CompletionQueue, WcStatus, WorkCompletion};
+//! use kernel::rdma::device::Device;
+//! use kernel::sync::Arc;
+//!
+//! /// Remembers that a completion came, for the poller.
+//! struct Pending(AtomicBool);
+//!
+//! impl CompletionHandler for Pending {
+//!     fn completion(&self) {
+//!         self.0.store(true, Ordering::Release);
+//!     }
+//! }
+//!
+//! /// A queue of 256 completions on `device`, reporting on vector 0, armed.
+//! fn queue(device: &Device) -> Result<Arc<CompletionQueue<Pending>>> {
+//!     let pending = Arc::new(Pending(AtomicBool::new(false)), GFP_KERNEL)?;
+//!     let cq = CompletionQueue::new(device, 256, 0, pending, c_str!("example"))?;
+//!     cq.request_notify()?;
+//!     Ok(cq)
+//! }
+//!
+//! /// Polls `cq` empty, eight completions at a time; returns how many succeeded.
+//! fn drain(cq: &CompletionQueue<Pending>, wcs: &mut [WorkCompletion; 8]) -> Result<usize> {
+//!     let mut done = 0;
+//!     loop {
+//!         let n = cq.poll(wcs)?;
+//!         done += wcs[..n].iter().filter(|wc| wc.status() == WcStatus::Success).count();
+//!         if n < wcs.len() {
+//!             return Ok(done);
+//!         }
+//!     }
+//! }
+//! # let _ = (queue, drain);
+//!
+//! // Completions to poll into are plain data: an empty one belongs to no request.
+//! let wcs: [WorkCompletion; 8] = Default::default();
+//! assert!(wcs.iter().all(|wc| wc.wr_id() == 0));
+//! ```
 
 use super::device::{Device, DeviceRef};
 use crate::{

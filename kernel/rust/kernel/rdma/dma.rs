@@ -2,7 +2,35 @@
 
 //! Kernel buffers mapped for DMA by an RDMA device.
 //!
+//! A [`DmaBuffer`] is kernel memory with its streaming mapping on one device; a
+//! [`ScatterBuffer`] is a head and pages, each mapped, for messages larger than a page.
+//! Owning one means owning its bytes for the CPU: queue pairs and shared receive queues
+//! take buffers by value while the device may use them and give them back synchronised, so
+//! the CPU never reads memory the device is writing, and a mapping cannot outlive its
+//! memory or its device.
+//!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h) (`ib_dma_*`).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::prelude::*;
+//! use kernel::rdma::device::Device;
+//! use kernel::rdma::dma::{DmaBuffer, DmaDirection};
+//!
+//! /// A message of `text` to send from `device`: the bytes written while the CPU owns them.
+//! fn message(device: &Device, text: &[u8]) -> Result<DmaBuffer> {
+//!     let mut buf = DmaBuffer::new(device, text.len(), DmaDirection::ToDevice, GFP_KERNEL)?;
+//!     buf.as_mut_slice().copy_from_slice(text);
+//!     Ok(buf)
+//! }
+//!
+//! /// A buffer of no bytes has no memory to map.
+//! fn empty(device: &Device) -> bool {
+//!     DmaBuffer::new(device, 0, DmaDirection::FromDevice, GFP_KERNEL).is_err()
+//! }
+//! # let _ = (message, empty);
+//! ```
 
 use super::device::{Device, DeviceRef};
 use crate::{

@@ -2,7 +2,29 @@
 
 //! Protection domains.
 //!
+//! A [`ProtectionDomain`] is allocated on a device and shared, through [`Arc`], by what is
+//! made in it (queue pairs, shared receive queues, address handles), each of which keeps a
+//! reference: the domain is freed after the last of them.
+//!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::c_str;
+//! use kernel::prelude::*;
+//! use kernel::rdma::{device::Device, pd::ProtectionDomain};
+//! use kernel::sync::Arc;
+//!
+//! /// A domain on `device`, named after this module in `rdma resource show pd`.
+//! fn domain(device: &Device) -> Result<Arc<ProtectionDomain>> {
+//!     let pd = ProtectionDomain::new(device, c_str!("example"))?;
+//!     // The key with which the device reaches kernel memory mapped for DMA.
+//!     let _lkey = pd.local_dma_lkey();
+//!     Ok(pd)
+//! }
+//! # let _ = domain;
+//! ```
 
 use super::device::{Device, DeviceRef};
 use crate::{bindings, error::from_err_ptr, error::Result, str::CStr, sync::Arc};

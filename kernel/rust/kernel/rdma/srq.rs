@@ -2,7 +2,46 @@
 
 //! Shared receive queues: one pool of receive buffers for many queue pairs.
 //!
+//! A [`SharedReceiveQueue`] is made in a protection domain and given to the queue pairs
+//! that receive through it. Buffers are posted by value and come back, synchronised for the
+//! CPU, with the completion of the receive that filled them, whichever queue pair it was
+//! for ([`SharedReceiveQueue::complete_recv`]); or stay where they are and are posted again
+//! once read ([`SharedReceiveQueue::recycle`]). A completion gives its buffer back once.
+//!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::prelude::*;
+//! use kernel::rdma::cq::WorkCompletion;
+//! use kernel::rdma::dma::{DmaBuffer, DmaDirection};
+//! use kernel::rdma::pd::ProtectionDomain;
+//! use kernel::rdma::srq::SharedReceiveQueue;
+//! use kernel::sync::Arc;
+//!
+//! /// A queue of `n` buffers of 2 KiB in `pd`, all posted.
+//! fn filled(pd: &Arc<ProtectionDomain>, n: u32) -> Result<Arc<SharedReceiveQueue>> {
+//!     if !SharedReceiveQueue::supported(pd.device()) {
+//!         return Err(EOPNOTSUPP);
+//!     }
+//!     let srq = SharedReceiveQueue::new(pd, n, 1)?;
+//!     for _ in 0..n {
+//!         let buf = DmaBuffer::new(pd.device(), 2048, DmaDirection::FromDevice, GFP_KERNEL)?;
+//!         srq.post_recv(buf)?;
+//!     }
+//!     Ok(srq)
+//! }
+//!
+//! /// The first byte of the message `wc` completed, its buffer posted again in place.
+//! fn first_byte(srq: &SharedReceiveQueue, wc: &mut WorkCompletion) -> Option<u8> {
+//!     let mut first = None;
+//!     srq.recycle(wc, |buf, len| first = buf.as_slice().first().copied().filter(|_| len > 0))?
+//!         .ok()?;
+//!     first
+//! }
+//! # let _ = (filled, first_byte);
+//! ```
 
 use super::{
     cq::WorkCompletion,
