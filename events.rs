@@ -211,8 +211,8 @@ impl Interface {
     }
 
     /// Forgets destinations unused for two collection intervals (the delayed work item),
-    /// with their transmit connections, and has the port read again (its MTU may have changed), then runs again while the
-    /// interface is up.
+    /// with their transmit connections, and has the port read again (its MTU may have
+    /// changed), then runs again while the interface is up.
     pub(crate) fn collect_neighbours(self: &Arc<Self>) {
         let deadline = now_ms() - 2 * i64::from(Self::neigh_gc_ms());
         self.paths.forget(&self.ud, deadline);

@@ -365,7 +365,7 @@ impl Interface {
         self.gid.choose(id, &self.device, self.port);
         if !self.gid.in_table() {
             pr_info!(
-                "{}: address {}: its GID is not in port {}'s GID table, no group is joined with it\n",
+                "{}: address {}: GID not in port {}'s GID table, no group is joined with it\n",
                 self.log_name,
                 self.local(),
                 self.port
@@ -926,7 +926,7 @@ impl Interface {
         if this.on_infiniband() {
             if !this.gid.in_table() {
                 pr_info!(
-                    "{}: address {}: its GID is not in port {}'s GID table, no group is joined, no carrier\n",
+                    "{}: address {}: GID not in port {}'s GID table, no group joined, no carrier\n",
                     dev.name(),
                     this.local(),
                     this.port

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Check the exported patch series (scripts/export-patches.sh): it applies in order to a
 # fresh pristine tree and yields exactly the files of the tree the suite builds and boots,
-# and the kernel's checkpatch.pl finds no error in any patch. Prints one "ok"/"not ok" line
+# and the kernel's checkpatch.pl --strict finds no error in any patch and nothing that
+# scripts/checkpatch.allow does not name. Prints one "ok"/"not ok" line
 # per check; exits non-zero if one fails.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -18,6 +19,14 @@ result() { # result OK NAME
 	result 1 "patches: series exported"
 	exit 1
 }
+# The cover letter carries no change: it is checked for its placeholders being filled.
+cover=$(ls "$series"/0000-cover-letter.patch 2>/dev/null)
+if [ -n "$cover" ] && ! grep -q '\*\*\* .* HERE \*\*\*' "$cover"; then
+	result 0 "patches: the cover letter has its subject and text"
+else
+	result 1 "patches: the cover letter has its subject and text"
+fi
+rm -f "$cover"
 n=$(ls "$series" | wc -l)
 
 # A fresh tree: hard links to the pristine sources (patch replaces the files it changes).
@@ -45,16 +54,21 @@ if [ "$applied" = 0 ]; then
 fi
 result "$same" "patches: the $n-patch series applies to pristine Linux $KERNEL_VERSION and gives the tree that is built and tested"
 
-errors=0 warnings=0
+# checkpatch --strict on every patch: no error, and no finding that the allow list does not
+# name with its reason (nor a line of the list that no longer matches).
+reports=()
 for p in "$series"/*.patch; do
-	out=$(cd "$SRC" && perl scripts/checkpatch.pl --no-tree --terse "$p" 2>&1)
-	read -r e w < <(echo "$out" | sed -nE 's/^total: ([0-9]+) errors, ([0-9]+) warnings.*/\1 \2/p')
-	if [ -z "${e:-}" ]; then
+	(cd "$SRC" && perl scripts/checkpatch.pl --no-tree --strict --show-types "$p") >"$p.report" 2>&1
+	if ! grep -q "^total: " "$p.report"; then
 		echo "# checkpatch did not run on $(basename "$p")"
-		e=1 w=0
+		result 1 "patches: checkpatch.pl --strict ran on every patch"
+		exit 1
 	fi
-	[ "$e" = 0 ] || echo "$out" | grep ERROR | sed 's/^/#   /'
-	errors=$((errors + e)) warnings=$((warnings + w))
+	reports+=("$p:$p.report")
 done
-result "$([ "$errors" = 0 ] && echo 0 || echo 1)" "patches: checkpatch.pl: $errors errors ($warnings warnings) in the series"
+out=$(python3 "$REPO/scripts/checkpatch-findings.py" "$REPO/scripts/checkpatch.allow" "${reports[@]}")
+echo "$out" | grep "^#"
+read -r errors total allowed unexpected stale < <(echo "$out" | tail -n 1)
+result "$([ "$errors" = 0 ] && [ "$unexpected" = 0 ] && [ "$stale" = 0 ] && echo 0 || echo 1)" \
+	"patches: checkpatch.pl --strict: $errors errors; $total findings, $unexpected of them not in scripts/checkpatch.allow; $stale lines of the list unused"
 exit $rc

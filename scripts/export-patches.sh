@@ -5,7 +5,9 @@
 #   0001 bindings and C helpers   0002 core crate additions (sync, workqueue, debugfs, ...)
 #   0003 net abstractions         0004 RDMA abstractions
 #   0005 the driver               0006 the selftests
-#   0007 rxe_ib, an InfiniBand link layer for soft-RoCE (test infrastructure only)
+#   0007 rxe: interrupt-safe pools (fix)   0008 rxe: the last WQE reached event (fix)
+#   0009 rxe_ib, an InfiniBand link layer for soft-RoCE (test infrastructure only)
+#   0010 rxe: fault injection of RNR NAKs (testing)
 # The commit messages are the patches' headers; the author and sign-off are those of the
 # repository's last commit unless IPOIB_RS_AUTHOR="Name <email>" says otherwise.
 # Usage: scripts/export-patches.sh [OUTDIR]   (default: $IPOIB_RS_CACHE/out/patches)
@@ -23,9 +25,9 @@ part_of() {
 	rust/kernel/sync/* | rust/kernel/delay.rs | rust/kernel/debugfs.rs | rust/kernel/module_param.rs) echo 0002 ;;
 	rust/kernel/net/*) echo 0003 ;;
 	rust/kernel/rdma.rs | rust/kernel/rdma/*) echo 0004 ;;
-	drivers/infiniband/ulp/ipoib_rs/*) echo 0005 ;;
+	drivers/infiniband/ulp/ipoib_rs/* | Documentation/infiniband/ipoib_rs.rst) echo 0005 ;;
 	tools/testing/selftests/drivers/net/ipoib/*) echo 0006 ;;
-	drivers/infiniband/sw/rxe/*) echo 0007 ;;
+	drivers/infiniband/sw/rxe/*) echo 0009 ;;
 	*) echo none ;;
 	esac
 }
@@ -33,7 +35,7 @@ part_of() {
 author=${IPOIB_RS_AUTHOR:-$(git -C "$REPO" log -1 --format='%an <%ae>')}
 date=$(git -C "$REPO" log -1 --format=%aD)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$work.letter"' EXIT
 git -C "$work" init -q
 g() {
 	GIT_AUTHOR_DATE=$date GIT_COMMITTER_DATE=$date \
@@ -69,6 +71,11 @@ for p in "$REPO"/kernel/patches/*.patch; do
 	[ -n "$subject" ] || die "$(basename "$p") has no Subject: line"
 	# The body: the lines between the subject and the first '---'.
 	body=$(sed -n '2,/^---$/p' "$p" | sed '$d')
+	# The driver's figures against C come from the results' JSON, not from the header.
+	if grep -qx '@FIGURES@' <<<"$body"; then
+		figures=$(python3 "$REPO/scripts/cover-letter.py" --figures)
+		body=$(awk -v f="$figures" '$0 == "@FIGURES@" { print f; next } { print }' <<<"$body")
+	fi
 	g add -A
 	g commit -q -F - <<MSG
 $subject
@@ -80,5 +87,16 @@ done
 
 rm -rf "$out"
 mkdir -p "$out"
-g format-patch -q -o "$out" "$base"..HEAD
-log "series of $(ls "$out" | wc -l) patches against Linux $KERNEL_VERSION in $out"
+g format-patch -q --cover-letter -o "$out" "$base"..HEAD
+# The cover letter: what the driver is, why, how it was tested, how it compares with C.
+cover=$(ls "$out"/0000-*.patch)
+python3 "$REPO/scripts/cover-letter.py" "$out" "$work" >"$work.letter"
+python3 - "$cover" "$work.letter" <<'PY'
+import sys
+path = sys.argv[1]
+subject, _, blurb = open(sys.argv[2], encoding="utf-8").read().partition("\n")
+text = open(path, encoding="utf-8").read()
+text = text.replace("*** SUBJECT HERE ***", subject).replace("*** BLURB HERE ***", blurb.strip())
+open(path, "w", encoding="utf-8").write(text)
+PY
+log "series of $(($(ls "$out" | wc -l) - 1)) patches and a cover letter against Linux $KERNEL_VERSION in $out"

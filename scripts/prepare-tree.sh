@@ -56,10 +56,13 @@ cp "$REPO"/Kconfig "$REPO"/Makefile "$REPO"/*.rs "$staging/$drv/"
 #    c) the test module of the RDMA abstractions, built from the driver's folder
 mkdir -p "$staging/$drv/selftest"
 cp "$REPO"/tests/kmod/* "$staging/$drv/selftest/"
-#    d) the selftests, where the patch series puts them
+#    d) the driver's documentation
+mkdir -p "$staging/Documentation/infiniband"
+cp "$REPO/docs/ipoib_rs.rst" "$staging/Documentation/infiniband/"
+#    e) the selftests, where the patch series puts them
 mkdir -p "$staging/tools/testing/selftests/drivers/net"
 cp -r "$REPO/tests/selftests/drivers/net/ipoib" "$staging/tools/testing/selftests/drivers/net/"
-#    e) edits of existing kernel files: the patches applied to pristine copies, in order
+#    f) edits of existing kernel files: the patches applied to pristine copies, in order
 #       (one patch per commit of the series that scripts/export-patches.sh writes)
 shopt -s nullglob
 patches=("$REPO"/kernel/patches/*.patch)

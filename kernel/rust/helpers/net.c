@@ -33,7 +33,6 @@ void rust_helper_netif_wake_queue(struct net_device *dev)
 	netif_wake_queue(dev);
 }
 
-
 void rust_helper_dev_addr_set(struct net_device *dev, const u8 *addr)
 {
 	dev_addr_set(dev, addr);
@@ -79,7 +78,6 @@ void rust_helper_dev_put(struct net_device *dev)
 {
 	dev_put(dev);
 }
-
 
 void rust_helper_netif_napi_del(struct napi_struct *napi)
 {
@@ -153,8 +151,6 @@ void rust_helper_in_dev_put(struct in_device *idev)
 {
 	in_dev_put(idev);
 }
-
-
 
 bool rust_helper_netif_is_l3_master(const struct net_device *dev)
 {

@@ -220,19 +220,23 @@ pub const fn modinfo<const N: usize>(s: &str) -> [u8; N] {
 /// `/sys/module/module/parameters/param`, where root may write a writable one.
 #[macro_export]
 macro_rules! module_param {
-    ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, bool, $default:expr, $desc:literal) => {
+    ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, bool,
+     $default:expr, $desc:literal) => {
         $crate::module_param!(@impl $(#[$meta])* $vis $static, $module, $name,
             $crate::module_param::ModuleParam<bool>, "bool", new_bool, $default, $desc);
     };
-    ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, u32, $default:expr, $desc:literal) => {
+    ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, u32,
+     $default:expr, $desc:literal) => {
         $crate::module_param!(@impl $(#[$meta])* $vis $static, $module, $name,
             $crate::module_param::ModuleParam<u32>, "uint", new_u32, $default, $desc);
     };
-    ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, writable u32, $default:expr, $desc:literal) => {
+    ($(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, writable u32,
+     $default:expr, $desc:literal) => {
         $crate::module_param!(@impl $(#[$meta])* $vis $static, $module, $name,
             $crate::module_param::WritableParam, "uint", new_u32_writable, $default, $desc);
     };
-    (@impl $(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, $ty:ty, $cty:literal, $ctor:ident, $default:expr, $desc:literal) => {
+    (@impl $(#[$meta:meta])* $vis:vis $static:ident, $module:literal, $name:literal, $ty:ty,
+     $cty:literal, $ctor:ident, $default:expr, $desc:literal) => {
         $(#[$meta])*
         $vis static $static: $ty = <$ty>::new($default);
 

@@ -34,7 +34,8 @@ gid_index_link_local() {
 	local f
 	for f in /sys/class/infiniband/"$1"/ports/1/gids/*; do
 		case "$(cat "$f" 2>/dev/null)" in
-		fe80:*) grep -q "RoCE v2" "/sys/class/infiniband/$1/ports/1/gid_attrs/types/${f##*/}" 2>/dev/null &&
+		fe80:*) grep -q "RoCE v2" \
+			"/sys/class/infiniband/$1/ports/1/gid_attrs/types/${f##*/}" 2>/dev/null &&
 			echo "${f##*/}" && return 0 ;;
 		esac
 	done
@@ -58,7 +59,10 @@ klog_since() {
 }
 
 # Reports of kernel trouble; any of these in the log fails a test.
-KLOG_TROUBLE='WARNING:|BUG:|Oops|Call Trace|circular locking|possible recursive locking|KASAN|unreferenced object|suspected memory leak|UBSAN|general protection|Kernel panic|refcount_t:|inconsistent lock state|sleeping function called from invalid context|hung_task|soft lockup|before their queue pair drained'
+KLOG_TROUBLE='WARNING:|BUG:|Oops|Call Trace|circular locking|possible recursive locking|KASAN'
+KLOG_TROUBLE+='|unreferenced object|suspected memory leak|UBSAN|general protection|Kernel panic'
+KLOG_TROUBLE+='|refcount_t:|inconsistent lock state|sleeping function called from invalid context'
+KLOG_TROUBLE+='|hung_task|soft lockup|before their queue pair drained'
 # An allocation failure report (warn_alloc: the fault-injection program fails allocations on
 # purpose) dumps a stack that is not trouble: without_alloc_reports leaves those dumps out.
 without_alloc_reports() {
@@ -76,8 +80,9 @@ if_of() { klog_since | sed -n "s/.*$MODULE: $1 port 1: \(ib[0-9]*\) address.*/\1
 # `&` would be a subshell, whose death leaves the flood running into the next check.)
 udp_flood() {
 	local ns=()
+	local flood="exec 3>/dev/udp/$2/9; while :; do printf '%1000s' x >&3 2>/dev/null; done"
 	[ -n "${3:-}" ] && ns=(ip netns exec "$3")
-	timeout "$1" "${ns[@]}" bash -c "exec 3>/dev/udp/$2/9; while :; do printf '%1000s' x >&3 2>/dev/null; done" &
+	timeout "$1" "${ns[@]}" bash -c "$flood" &
 }
 
 # kernel_kib: KiB of slab and vmalloc memory in use, once freed objects went back (RCU)
@@ -115,11 +120,11 @@ rxe_add() {
 
 # gid_index DEV IPV4: index of the RoCE v2 GID that carries IPV4 on port 1 of DEV.
 gid_index() {
-	local mapped f
+	local mapped f types=/sys/class/infiniband/$1/ports/1/gid_attrs/types
 	mapped=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$2" | tr . ' '))
 	for f in /sys/class/infiniband/"$1"/ports/1/gids/*; do
 		if [ "$(cat "$f" 2>/dev/null)" = "$mapped" ] &&
-			grep -q "RoCE v2" "/sys/class/infiniband/$1/ports/1/gid_attrs/types/${f##*/}" 2>/dev/null; then
+			grep -q "RoCE v2" "$types/${f##*/}" 2>/dev/null; then
 			echo "${f##*/}"
 			return 0
 		fi
@@ -184,7 +189,8 @@ port_logged() {
 	InfiniBand) kind="InfiniBand (InfiniBand link)" ;;
 	*) kind="RoCE (Ethernet link)" ;;
 	esac
-	local want="$MODULE: $2 port $3: $kind, state $state, active MTU $mtu, GID\[0\] $gid, broadcast 00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
+	local want="$MODULE: $2 port $3: $kind, state $state, active MTU $mtu, GID\[0\] $gid,"
+	want+=" broadcast 00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
 	echo "$1" | grep -q "$want" || { echo "expected in the kernel log: $want"; return 1; }
 }
 port_removed_logged() { echo "$1" | grep -q "$MODULE: $2 port $3: removed"; }
@@ -194,11 +200,14 @@ port_removed_logged() { echo "$1" | grep -q "$MODULE: $2 port $3: removed"; }
 # netperf_run HOST TEST "TEST-OPTIONS" LABEL: prints "NETPERF LABEL: figure unit"; fails
 # unless the figure is above 0.
 netperf_run() {
-	local out
-	out=$(timeout 90 netperf -H "$1" -t "$2" -l 5 -P 0 -- ${3:-} -o THROUGHPUT,THROUGHPUT_UNITS 2>&1) ||
+	local out prog
+	out=$(timeout 90 netperf -H "$1" -t "$2" -l 5 -P 0 -- ${3:-} \
+		-o THROUGHPUT,THROUGHPUT_UNITS 2>&1) ||
 		{ echo "$out"; return 1; }
 	# A figure of 0 is a failure (a path that carries nothing, as a PMTU black hole).
-	echo "$out" | tail -n 1 | awk -F, -v what="$4" 'NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = $1 + 0 > 0 } END { exit !ok }'
+	# shellcheck disable=SC2016 # an awk program
+	prog='NF == 2 { print "NETPERF " what ": " $1 " " $2; ok = $1 + 0 > 0 } END { exit !ok }'
+	echo "$out" | tail -n 1 | awk -F, -v what="$4" "$prog"
 }
 
 # no_rc_qps: the module holds no RC queue pair (no connection was made).
@@ -221,10 +230,26 @@ rping_client() {
 # ethtool_stat DEV NAME: the counter NAME of `ethtool -S DEV` (empty if absent).
 ethtool_stat() { ethtool -S "$1" 2>/dev/null | awk -v n="$2:" '$1 == n { print $2 }'; }
 
+# rnr_every N: has rxe answer every Nth RC message that needs a receive buffer "receiver not
+# ready" (an RNR NAK), through its fault attribute fail_rxe_rnr; 0 stops it.
+RNR_FAULT=/sys/kernel/debug/fail_rxe_rnr
+rnr_every() {
+	[ -d "$RNR_FAULT" ] || { echo "no $RNR_FAULT (CONFIG_FAULT_INJECTION_DEBUG_FS)"; return 1; }
+	if [ "$1" = 0 ]; then
+		echo 0 >"$RNR_FAULT/probability"
+		return
+	fi
+	echo 0 >"$RNR_FAULT/verbose" && echo -1 >"$RNR_FAULT/times" &&
+		echo "$1" >"$RNR_FAULT/interval" && echo 100 >"$RNR_FAULT/probability"
+}
+
 # snmp_stat PROTO NAME: the counter NAME of PROTO (Ip, Udp, ...) in /proc/net/snmp, found
 # by its name in the header line.
 snmp_stat() {
-	awk -v p="$1:" -v n="$2" '$1 == p { if (c) { print $c; exit } for (i = 2; i <= NF; i++) if ($i == n) c = i }' /proc/net/snmp
+	local prog
+	# shellcheck disable=SC2016 # an awk program
+	prog='$1 == p { if (c) { print $c; exit } for (i = 2; i <= NF; i++) if ($i == n) c = i }'
+	awk -v p="$1:" -v n="$2" "$prog" /proc/net/snmp
 }
 
 # frag_creates: IPv4 fragments this host made so far.
@@ -245,8 +270,10 @@ finish_together() {
 # (IPOIB_ROLE, IPOIB_LOCAL_IP, IPOIB_PEER_IP) and, if given, VAR is set (REASON says who
 # sets it); then sets role, peer, and ib0's addresses ib_local and ib_peer.
 two_hosts_roles() {
-	if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] || [ -z "${IPOIB_PEER_IP:-}" ]; then
-		ktap_skip_all "needs a second host: set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
+	if [ -z "${IPOIB_ROLE:-}" ] || [ -z "${IPOIB_LOCAL_IP:-}" ] ||
+		[ -z "${IPOIB_PEER_IP:-}" ]; then
+		ktap_skip_all "needs a second host:" \
+			"set IPOIB_ROLE, IPOIB_LOCAL_IP and IPOIB_PEER_IP"
 		exit "$KSFT_SKIP"
 	fi
 	if [ -n "${1:-}" ] && [ -z "${!1:-}" ]; then
@@ -272,7 +299,8 @@ two_hosts_meet() {
 	done
 	port=$((6000 + port))
 	both_at "$port" 300 ||
-		ktap_exit_fail_msg "$role: the peer did not reach $prog within $((300 * SLOW)) s (port $port)"
+		ktap_exit_fail_msg "$role: the peer did not reach $prog" \
+			"within $((300 * SLOW)) s (port $port)"
 	ktap_print_msg "$role: both hosts at the start of $prog"
 }
 
@@ -281,7 +309,8 @@ tcp_listening() {
 	local ns=()
 	[ -n "${2:-}" ] && ns=(ip netns exec "$2")
 	"${ns[@]}" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-		awk -v p="$(printf ':%04X' "$1")" 'substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }'
+		awk -v p="$(printf ':%04X' "$1")" \
+			'substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }'
 }
 
 # How many times slower than the default kernel this one runs (the debug kernel: 4; set
@@ -305,7 +334,8 @@ serve() {
 }
 served() {
 	local got
-	wait_peer "$SERVED_PORT" 300 || { echo "the client never said its runs were over"; return 1; }
+	wait_peer "$SERVED_PORT" 300 ||
+		{ echo "the client never said its runs were over"; return 1; }
 	got=$(($(cat /sys/class/net/ib0/statistics/rx_bytes) - SERVED_RX0))
 	echo "ib0 received $got bytes during the client's runs"
 	[ "$got" -gt "$1" ]
@@ -333,7 +363,8 @@ bulk_send() {
 	[ "$(stat -c %s "$BULK" 2>/dev/null)" = $(($3 << 20)) ] || bulk_make "$3"
 	sum=$(sha256sum <"$BULK" | cut -d' ' -f1)
 	# bash's /dev/tcp closes the connection when the file is sent.
-	wait_for $((30 * SLOW)) eval 'timeout $((120 * SLOW)) cat "$BULK" >/dev/tcp/$to/$port' || return 1
+	wait_for $((30 * SLOW)) eval 'timeout $((120 * SLOW)) cat "$BULK" >/dev/tcp/$to/$port' ||
+		return 1
 	rm -f "$BULK"
 	# The receiver listens for the sum once the last byte arrived, which may be long after
 	# the last was handed to the socket: as long as it may take.
@@ -390,12 +421,16 @@ cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 adapter_links() {
 	local adapter ours bus
 	adapter=$(readlink -f "/sys/class/infiniband/$IB_DEV/device") &&
-		ours=$(readlink -f /sys/class/net/ib0/device) || { echo "no adapter link"; return 1; }
+		ours=$(readlink -f /sys/class/net/ib0/device) ||
+		{ echo "no adapter link"; return 1; }
 	bus=$(ethtool -i ib0 | sed -n 's/^bus-info: //p')
-	echo "ib0 -> $ours; $IB_DEV -> $adapter; bus-info $bus; dev_port $(cat /sys/class/net/ib0/dev_port)"
+	echo "ib0 -> $ours; $IB_DEV -> $adapter; bus-info $bus;" \
+		"dev_port $(cat /sys/class/net/ib0/dev_port)"
 	[ "$ours" = "$adapter" ] && [ -d "$ours/infiniband/$IB_DEV" ] &&
-		[ "$bus" = "$(basename "$adapter")" ] && [ "$(cat /sys/class/net/ib0/dev_port)" = 0 ] || return 1
-	[ -z "${1:-}" ] || [ ! -e "/sys/class/net/$1/device" ] || { echo "$1 linked to $(readlink -f "/sys/class/net/$1/device")"; return 1; }
+		[ "$bus" = "$(basename "$adapter")" ] &&
+		[ "$(cat /sys/class/net/ib0/dev_port)" = 0 ] || return 1
+	[ -z "${1:-}" ] || [ ! -e "/sys/class/net/$1/device" ] ||
+		{ echo "$1 linked to $(readlink -f "/sys/class/net/$1/device")"; return 1; }
 }
 # opensm_start: the subnet manager on this host's port, in the foreground of a background
 # job under a time limit, with the partitions of the tests: the default one and 0x8001,
@@ -454,7 +489,8 @@ both_at() {
 }
 # rxe_counter NAME: the hardware counter NAME of IB_DEV's port.
 rxe_counter() {
-	rdma statistic show link "$IB_DEV/1" | tr ' ' '\n' | awk -v n="$1" 'hit { print; exit } $0 == n { hit = 1 }'
+	rdma statistic show link "$IB_DEV/1" | tr ' ' '\n' |
+		awk -v n="$1" 'hit { print; exit } $0 == n { hit = 1 }'
 }
 
 # Profiles. Functions of the idle loop: samples in them are not work.
@@ -464,7 +500,8 @@ PERF_IDLE='idle|safe_halt|cpuidle|mwait|poll_idle|do_idle'
 # function, as PROF lines (PROF MODE ROLE ...; role set by two_hosts_roles).
 perf_report() {
 	local mode=$1 file=$2
-	perf report -i "$file" --stdio -q --no-children --sort dso,sym --percent-limit 0 2>/dev/null |
+	perf report -i "$file" --stdio -q --no-children --sort dso,sym \
+		--percent-limit 0 2>/dev/null |
 		awk -v mode="$mode" -v role="$role" -v idle="$PERF_IDLE" '
 		# The kind of work a function does, by its module and name.
 		function kind(dso, sym) {
@@ -474,25 +511,39 @@ perf_report() {
 			if (sym ~ /^ib_|^rdma_|^cm_|^mad|^ib_mad/) return "RDMA-core"
 			if (sym ~ /virtnet|virtio|vring|^vp_/) return "virtio-NIC"
 			if (sym ~ /lock|rcu|irq|softirq|_bh/) return "locks-irqs-softirqs"
-			if (sym ~ /sched|switch|schedule|task|wake|^__sched|idle_|pick_next/) return "scheduler"
-			if (sym ~ /^tcp|^__tcp|^ip_|^__ip|^ip6|^ipv6|^udp|^__udp|^inet|^raw|^icmp|^arp|^neigh|^__neigh|^fib/) return "TCP-IP"
-			if (sym ~ /^dev_|^__dev_|^netif|^__netif|^napi|^__napi|^net_|^skb|^__skb|^kfree_skb|^consume_skb|^sk_|^__sk_|^sock|^__sock|^nf_|^sch_|^qdisc|^__qdisc|^eth_|^validate_xmit/) return "net-core"
+			if (sym ~ /sched|switch|schedule|task|wake|^__sched|idle_|pick_next/)
+				return "scheduler"
+			if (sym ~ /^tcp|^__tcp|^ip_|^__ip|^ip6|^ipv6|^udp|^__udp|^inet/ ||
+			    sym ~ /^raw|^icmp|^arp|^neigh|^__neigh|^fib/)
+				return "TCP-IP"
+			if (sym ~ /^dev_|^__dev_|^netif|^__netif|^napi|^__napi|^net_|^skb|^__skb/ ||
+			    sym ~ /^kfree_skb|^consume_skb|^sk_|^__sk_|^sock|^__sock|^nf_|^sch_/ ||
+			    sym ~ /^qdisc|^__qdisc|^eth_|^validate_xmit/)
+				return "net-core"
 			return "other-kernel"
 		}
 		$1 ~ /%$/ {
 			pct = $1 + 0; dso = $2; sym = $4
 			for (i = 5; i <= NF; i++) sym = sym " " $i
 			if (sym ~ idle) next
-			busy += pct; bydso[dso] += pct; bykind[kind(dso, sym)] += pct; bysym[sym " " dso] += pct
+			busy += pct; bydso[dso] += pct
+			bykind[kind(dso, sym)] += pct; bysym[sym " " dso] += pct
 		}
 		END {
 			if (busy == 0) exit 1
 			printf "PROF %s %s busy %.1f all\n", mode, role, busy
-			for (d in bydso) printf "PROF %s %s dso %.1f %s\n", mode, role, 100 * bydso[d] / busy, d | "sort -k5 -rn"
+			for (d in bydso)
+				printf "PROF %s %s dso %.1f %s\n", mode, role,
+					100 * bydso[d] / busy, d | "sort -k5 -rn"
 			close("sort -k5 -rn")
-			for (k in bykind) printf "PROF %s %s kind %.1f %s\n", mode, role, 100 * bykind[k] / busy, k | "sort -k5 -rn"
+			for (k in bykind)
+				printf "PROF %s %s kind %.1f %s\n", mode, role,
+					100 * bykind[k] / busy, k | "sort -k5 -rn"
 			close("sort -k5 -rn")
-			for (s in bysym) if (100 * bysym[s] / busy >= 0.2) printf "PROF %s %s sym %.1f %s\n", mode, role, 100 * bysym[s] / busy, s | "sort -k5 -rn"
+			for (s in bysym)
+				if (100 * bysym[s] / busy >= 0.2)
+					printf "PROF %s %s sym %.1f %s\n", mode, role,
+						100 * bysym[s] / busy, s | "sort -k5 -rn"
 		}'
 }
 
@@ -506,7 +557,8 @@ perf_record() {
 	perf_report "$mode" "/tmp/perf.$mode"
 	# With IPOIB_PERF_GRAPH (call chains recorded): who spins on contended spinlocks.
 	[ -z "${IPOIB_PERF_GRAPH:-}" ] ||
-		perf report -i "/tmp/perf.$mode" --stdio --no-children -S queued_spin_lock_slowpath \
-			-g caller,0.5,callee,function,percent --percent-limit 0.5 2>/dev/null |
+		perf report -i "/tmp/perf.$mode" --stdio --no-children \
+			-S queued_spin_lock_slowpath -g caller,0.5,callee,function,percent \
+			--percent-limit 0.5 2>/dev/null |
 		grep -v '^#' | grep . | head -n 120 | sed "s/^/LOCKS $mode $role /"
 }

@@ -29,12 +29,14 @@ bond_ports() {
 	local i
 	ip link add bbr0 type bridge && ip link set bbr0 up || return 1
 	for i in 2 3 4; do
-		ip link add "bv$i" type veth peer name "bw$i" && ip addr add "192.0.2.2$i/24" dev "bv$i" &&
-			ip link set "bw$i" master bbr0 && ip link set "bw$i" up && ip link set "bv$i" up &&
-			rxe_add "brxe$i" "bv$i" || return 1
+		ip link add "bv$i" type veth peer name "bw$i" &&
+			ip addr add "192.0.2.2$i/24" dev "bv$i" &&
+			ip link set "bw$i" master bbr0 && ip link set "bw$i" up &&
+			ip link set "bv$i" up && rxe_add "brxe$i" "bv$i" || return 1
 	done
 }
-ipoib_check "three soft-RoCE devices on veth pairs joined by a bridge (brxe2, brxe3, brxe4)" bond_ports
+ipoib_check "three soft-RoCE devices on veth pairs joined by a bridge (brxe2, brxe3, brxe4)" \
+	bond_ports
 ipoib_check "modprobe $MODULE" modprobe "$MODULE"
 
 peer=$(if_of brxe4) s1=$(if_of brxe2) s2=$(if_of brxe3)
@@ -43,7 +45,8 @@ lower_of() { if [ "$1" = "$s1" ]; then echo bv2; else echo bv3; fi; }
 P="ip netns exec bondpeer"
 
 peer_up() {
-	[ -n "$peer" ] && [ -n "$s1" ] && [ -n "$s2" ] || { echo "interfaces: '$peer' '$s1' '$s2'"; return 1; }
+	[ -n "$peer" ] && [ -n "$s1" ] && [ -n "$s2" ] ||
+		{ echo "interfaces: '$peer' '$s1' '$s2'"; return 1; }
 	ip netns add bondpeer && ip link set "$peer" netns bondpeer &&
 		$P ip addr add 198.51.100.1/24 dev "$peer" && $P ip link set "$peer" up &&
 		$P ip link set lo up
@@ -118,7 +121,8 @@ failover() {
 	wait "$pid"
 	out=$(tail -n 1 /tmp/bond.netperf)
 	echo "netperf: $out; $new sent $(($(tx_of "$new") - tx0)) bytes since"
-	lladdr=$($P ip neigh show 198.51.100.2 dev "$peer" | sed -n 's/.* lladdr \([0-9a-f:]*\).*/\1/p')
+	lladdr=$($P ip neigh show 198.51.100.2 dev "$peer" |
+		sed -n 's/.* lladdr \([0-9a-f:]*\).*/\1/p')
 	echo "the peer's entry for the bond: $lladdr"
 	ip link set "$lower" up
 	[ "$(cat /sys/class/net/ibbond/address)" = "$(cat "/sys/class/net/$new/address")" ] &&
@@ -132,16 +136,23 @@ failover() {
 for mode in datagram connected; do
 	mtu=
 	[ "$mode" = connected ] && mtu=65520
-	ipoib_check "$mode: ibbond (active-backup) over $s1 and $s2${mtu:+, MTU $mtu}: an InfiniBand link with the active slave's address" \
-		bond_up "$mode" $mtu
-	ipoib_check "$mode: the peer answers ping through ibbond" wait_for 30 ping -c 1 -W 2 198.51.100.1
-	ipoib_check "$mode: the active slave's port goes down under a TCP stream: the other slave takes it over, with its address, the peer follows, the stream goes on; the port back, its slave waits as backup" \
-		failover
+	desc="$mode: ibbond (active-backup) over $s1 and $s2${mtu:+, MTU $mtu}:"
+	desc+=" an InfiniBand link with the active slave's address"
+	ipoib_check "$desc" bond_up "$mode" $mtu
+	ipoib_check "$mode: the peer answers ping through ibbond" \
+		wait_for 30 ping -c 1 -W 2 198.51.100.1
+	desc="$mode: the active slave's port goes down under a TCP stream:"
+	desc+=" the other slave takes it over, with its address, the peer follows,"
+	desc+=" the stream goes on; the port back, its slave waits as backup"
+	ipoib_check "$desc" failover
 	$P sh -c 'kill $(pidof netserver)' 2>/dev/null
 	if [ "$mode" = connected ]; then
 		rc_on() { ethtool_stat "$(active)" cm_tx_connections; }
-		ipoib_check "$mode: a big ping after the failover goes over a connection of the new active slave" \
-			eval 'wait_for 30 ping -c 1 -W 2 -s 60000 198.51.100.1 && [ "$(rc_on)" -ge 1 ]'
+		desc="$mode: a big ping after the failover goes over a"
+		desc+=" connection of the new active slave"
+		ipoib_check "$desc" \
+			eval 'wait_for 30 ping -c 1 -W 2 -s 60000 198.51.100.1 &&' \
+				'[ "$(rc_on)" -ge 1 ]'
 	fi
 	ipoib_check "$mode: ibbond deleted, both slaves released" bond_down
 done

@@ -58,8 +58,9 @@ parent_files() {
 		refused "$(sys "$ib_a" umcast)" on "Invalid argument" &&
 		write "$(sys "$ib_a" umcast)" 0 && [ "$(cat "$(sys "$ib_a" umcast)")" = 0 ]
 }
-ipoib_check "$ib_a: create_child and delete_child (write-only), pkey 0xffff, umcast 0, 1 (shown by ip -d), 2 as 1, not text" \
-	parent_files
+desc="$ib_a: create_child and delete_child (write-only), pkey 0xffff, umcast 0,"
+desc+=" 1 (shown by ip -d), 2 as 1, not text"
+ipoib_check "$desc" parent_files
 
 kid=$ib_a.8001
 legacy_child() {
@@ -81,10 +82,12 @@ bad_requests() {
 		refused "$f" 0x10000 "Invalid argument" && refused "$f" pkey "Invalid argument" &&
 		refused "$(sys "$ib_a" delete_child)" 0x8002 "No such device"
 }
-ipoib_check "create_child refuses a duplicate, the parent's P_Key, 0, 0x8000, 0x10000, text; delete_child an unknown P_Key" \
-	bad_requests
+desc="create_child refuses a duplicate, the parent's P_Key, 0, 0x8000, 0x10000, text;"
+desc+=" delete_child an unknown P_Key"
+ipoib_check "$desc" bad_requests
 
-no_pkey_logged() { klog_since | grep -q "$kid: P_Key 0x8001 is not in the port's P_Key table: no carrier"; }
+no_pkey_logged() { klog_since |
+	grep -q "$kid: P_Key 0x8001 is not in the port's P_Key table: no carrier"; }
 no_partition() {
 	ip link set "$kid" up || return 1
 	wait_for 10 no_pkey_logged || { echo "no line on the missing P_Key"; return 1; }
@@ -102,19 +105,22 @@ ipoib_check "echo 0x8001 > delete_child removes it (a second time: ENODEV)" lega
 rtnl_children() {
 	ip link add link "$ib_a" name "$ib_a.k1" type ipoib pkey 0x7fff mode connected &&
 		ip link add link "$ib_a" name "$ib_a.k2" type ipoib || return 1
-	ip -d link show "$ib_a.k1" | tee /dev/stderr | grep -Eq "ipoib pkey +0xffff mode +connected" &&
+	ip -d link show "$ib_a.k1" | tee /dev/stderr |
+		grep -Eq "ipoib pkey +0xffff mode +connected" &&
 		[ "$(cat "$(sys "$ib_a.k1" parent)")" = "$ib_a" ] &&
 		[ "$(cat "$(sys "$ib_a.k2" pkey)")" = 0xffff ] &&
 		[ "$(cat "$(sys "$ib_a.k2" address)")" != "$(cat "$(sys "$ib_a.k1" address)")" ] &&
-		[ "$(cat "$(sys "$ib_a.k1" address)")" != "$(cat "$(sys "$ib_a" address)")" ] || return 1
+		[ "$(cat "$(sys "$ib_a.k1" address)")" != "$(cat "$(sys "$ib_a" address)")" ] ||
+		return 1
 	# Each child sends through its parent (ndo_get_iflink: IFLA_LINK, `@parent`); the
 	# parent through itself.
 	ip link show "$ib_a.k1" | grep -q "^[0-9]*: $ib_a.k1@$ib_a:" &&
 		[ "$(cat "$(sys "$ib_a.k1" iflink)")" = "$(cat "$(sys "$ib_a" ifindex)")" ] &&
 		[ "$(cat "$(sys "$ib_a" iflink)")" = "$(cat "$(sys "$ib_a" ifindex)")" ]
 }
-ipoib_check "ip link add ... type ipoib pkey 0x7fff mode connected, and without a P_Key: own addresses, shown as NAME@$ib_a" \
-	rtnl_children
+desc="ip link add ... type ipoib pkey 0x7fff mode connected, and without a P_Key:"
+desc+=" own addresses, shown as NAME@$ib_a"
+ipoib_check "$desc" rtnl_children
 
 rtnl_refusals() {
 	local out
@@ -136,29 +142,35 @@ rtnl_refusals() {
 	ip link del "$ib_a" && ip link show "$ib_a" >/dev/null &&
 		klog_since | grep -q "$ib_a: not deleted"
 }
-ipoib_check "refused: a child of a child, of lo, P_Key 0x8000, a VLAN (vlan-challenged, fixed); ip link del of the parent leaves it" \
-	rtnl_refusals
+desc="refused: a child of a child, of lo, P_Key 0x8000, a VLAN (vlan-challenged, fixed);"
+desc+=" ip link del of the parent leaves it"
+ipoib_check "$desc" rtnl_refusals
 # umcast through netlink: any value but 0 is on, as in C.
 ipoib_check "ip link add ... type ipoib umcast 2: made with umcast on" eval '
 	ip link add link "$ib_a" name "$ib_a.k5" type ipoib umcast 2 &&
 		ip -d link show "$ib_a.k5" | grep -Eq "umcast +0001" && ip link del "$ib_a.k5"'
 
-ipoib_check "ip link del $ib_a.k2" eval "ip link del $ib_a.k2 && ! ip link show $ib_a.k2 2>/dev/null"
+ipoib_check "ip link del $ib_a.k2" \
+	eval "ip link del $ib_a.k2 && ! ip link show $ib_a.k2 2>/dev/null"
 # The debugfs files follow a rename (which the core allows only while the interface is
 # down) when the interface comes up, and back.
 renamed_files() {
 	local d=/sys/kernel/debug/ipoib was_up= named
 	ip link show "$ib_b" | grep -q ",UP" && was_up=1
-	ip link set "$ib_b" down && ip link set "$ib_b" name ipoibren && ip link set ipoibren up || return 1
+	ip link set "$ib_b" down && ip link set "$ib_b" name ipoibren &&
+		ip link set ipoibren up || return 1
 	ls "$d" | grep -E "^(ipoibren|$ib_b)_"
 	[ -e "$d/ipoibren_mcg" ] && [ -e "$d/ipoibren_path" ] && [ -e "$d/ipoibren_cm" ] &&
 		[ ! -e "$d/${ib_b}_mcg" ]
 	named=$?
-	ip link set ipoibren down && ip link set ipoibren name "$ib_b" && ip link set "$ib_b" up || return 1
+	ip link set ipoibren down && ip link set ipoibren name "$ib_b" &&
+		ip link set "$ib_b" up || return 1
 	[ -n "$was_up" ] || ip link set "$ib_b" down
 	[ "$named" = 0 ] && [ -e "$d/${ib_b}_mcg" ] && [ ! -e "$d/ipoibren_mcg" ]
 }
-ipoib_check "debugfs files renamed with the interface ($ib_b -> ipoibren -> $ib_b) when it comes up" renamed_files
+ipoib_check \
+	"debugfs files renamed with the interface ($ib_b -> ipoibren -> $ib_b) when it comes up" \
+	renamed_files
 
 param() { echo "/sys/module/$MODULE/parameters/$1"; }
 debug_params() {
@@ -169,7 +181,9 @@ debug_params() {
 			[ "$(cat "$(param $p)")" = 1 ] || return 1
 	done
 }
-ipoib_check "debug_level, mcast_debug_level, data_debug_level, cm_data_debug_level: 0644, 0 by default, set to 1 (text refused)" debug_params
+desc="debug_level, mcast_debug_level, data_debug_level, cm_data_debug_level: 0644,"
+desc+=" 0 by default, set to 1 (text refused)"
+ipoib_check "$desc" debug_params
 
 # Traffic between a child of each interface, the second one in another namespace.
 kid_a=$ib_a.k1 kid_b=$ib_b.k1
@@ -184,45 +198,59 @@ kids_up() {
 ipoib_check "$kid_a and $kid_b (in namespace $NS, made there) up, carrier on" kids_up
 
 datagram_ping() {
-	echo datagram >"$(sys "$kid_a" mode)" && ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$kid_b/mode" &&
-		wait_for 30 ping -c 1 -W 1 203.0.113.2 && ip netns exec "$NS" ping -c 2 -W 2 203.0.113.1 || return 1
+	echo datagram >"$(sys "$kid_a" mode)" &&
+		ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$kid_b/mode" &&
+		wait_for 30 ping -c 1 -W 1 203.0.113.2 &&
+		ip netns exec "$NS" ping -c 2 -W 2 203.0.113.1 || return 1
 	# data_debug_level is 1: each datagram and completion logged, under the child's name.
-	klog_since | grep -E "$kid_a: (sending datagram|send completion|receive completion)" | tail -n 3
+	klog_since | grep -E "$kid_a: (sending datagram|send completion|receive completion)" |
+		tail -n 3
+	local rx="ib_ipoib: $kid_a: receive completion, [0-9]* bytes from QPN 0x[0-9a-f]*,"
+	rx+=" status Success"
 	klog_since | grep -q "^.*ib_ipoib: $kid_a: sending datagram, length [0-9]* to QPN 0x" &&
 		klog_since | grep -q "ib_ipoib: $kid_a: send completion, status Success" &&
-		klog_since | grep -q "ib_ipoib: $kid_a: receive completion, [0-9]* bytes from QPN 0x[0-9a-f]*, status Success"
+		klog_since | grep -q "$rx"
 }
-ipoib_check "datagram mode: ping between the children both ways (each datagram logged under the child's name)" datagram_ping
+desc="datagram mode: ping between the children both ways (each datagram"
+desc+=" logged under the child's name)"
+ipoib_check "$desc" datagram_ping
 
 connected_ping() {
-	local before frags
+	local before frags rx
 	before=$(rc_qp_count) frags=$(frag_creates)
 	echo connected >"$(sys "$kid_a" mode)" && ip link set "$kid_a" mtu 65520 &&
 		ip netns exec "$NS" sh -c "echo connected >/sys/class/net/$kid_b/mode" &&
 		ip -n "$NS" link set "$kid_b" mtu 65520 || return 1
 	ping -c 3 -W 2 -s 60000 203.0.113.2 || return 1
-	echo "RC queue pairs: $before -> $(rc_qp_count), fragments made: $((frags)) -> $(frag_creates)"
+	echo "RC queue pairs: $before -> $(rc_qp_count), fragments made:" \
+		"$((frags)) -> $(frag_creates)"
 	[ "$(rc_qp_count)" -gt "$before" ] && [ "$(frag_creates)" = "$frags" ] &&
 		[ "$(ethtool_stat "$kid_a" cm_tx_connections)" = 1 ] &&
 		grep -q "tx" "/sys/kernel/debug/ipoib/${kid_a}_cm" || return 1
 	# debug_level and mcast_debug_level are 1: the connections and joins were logged, and
 	# with cm_data_debug_level each message, all under the children's names.
 	klog_since | grep -E "connected to|accepted on QPN|joined multicast group" | head -n 6
+	rx="ib_ipoib: $kid_b: connection receive completion, 6[0-9]* bytes, status Success"
 	klog_since | grep -q "ib_ipoib: $kid_a: connected to .* (QPN 0x" &&
-		klog_since | grep -q "ib_ipoib: $kid_b: connection from QPN .* accepted on QPN 0x" &&
+		klog_since |
+			grep -q "ib_ipoib: $kid_b: connection from QPN .* accepted on QPN 0x" &&
 		klog_since | grep -q "ib_ipoib: $kid_a: joined multicast group ff12:601b:ffff" &&
-		klog_since | grep -q "ib_ipoib: $kid_a: sending message, length 6[0-9]* on QPN 0x" &&
-		klog_since | grep -q "ib_ipoib: $kid_b: connection receive completion, 6[0-9]* bytes, status Success"
+		klog_since |
+			grep -q "ib_ipoib: $kid_a: sending message, length 6[0-9]* on QPN 0x" &&
+		klog_since | grep -q "$rx"
 }
-ipoib_check "connected mode, MTU 65520: 60000-byte pings unfragmented, over a connection" connected_ping
+ipoib_check "connected mode, MTU 65520: 60000-byte pings unfragmented, over a connection" \
+	connected_ping
 
 parent_unharmed() {
 	write "$(param debug_level)" 0 && write "$(param mcast_debug_level)" 0 &&
-		write "$(param data_debug_level)" 0 && write "$(param cm_data_debug_level)" 0 || return 1
+		write "$(param data_debug_level)" 0 &&
+		write "$(param cm_data_debug_level)" 0 || return 1
 	local mark=$KLOG_MARK
 	klog_mark
 	ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up &&
-		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" && ip -n "$NS" link set "$ib_b" up &&
+		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" &&
+		ip -n "$NS" link set "$ib_b" up &&
 		wait_for 30 ping -c 1 -W 1 198.51.100.2 && ping -c 2 -W 2 203.0.113.2 || return 1
 	# A new connection between the parents, not logged now that debug_level is 0; nor
 	# their datagrams and messages.
@@ -231,13 +259,16 @@ parent_unharmed() {
 	KLOG_MARK=$mark
 	return $quiet
 }
-ipoib_check "the parents carry their own traffic beside their children's (debug logging off: quiet)" \
+ipoib_check \
+	"the parents carry their own traffic beside their children's (debug logging off: quiet)" \
 	parent_unharmed
 
 unload() {
-	write "$(sys "$ib_a" create_child)" 0x0002 && ip link show "$ib_a.0002" >/dev/null || return 1
+	write "$(sys "$ib_a" create_child)" 0x0002 &&
+		ip link show "$ib_a.0002" >/dev/null || return 1
 	rmmod "$MODULE" && ! module_loaded && ! ip link show "$kid_a" 2>/dev/null &&
-		! ip link show "$ib_a.0002" 2>/dev/null && ! ip -n "$NS" link show "$kid_b" 2>/dev/null
+		! ip link show "$ib_a.0002" 2>/dev/null &&
+		! ip -n "$NS" link show "$kid_b" 2>/dev/null
 }
 ipoib_check "rmmod with three children (one in $NS): all gone" unload
 ip netns del "$NS" 2>/dev/null
@@ -247,7 +278,8 @@ readd() {
 	modprobe "$MODULE" || return 1
 	ib_a=$(if_of rxe0)
 	ip link add link "$ib_a" name "$ib_a.k1" type ipoib && ip link set "$ib_a.k1" up || return 1
-	rdma link del rxe0 && ! ip link show "$ib_a.k1" 2>/dev/null && ! ip link show "$ib_a" 2>/dev/null &&
+	rdma link del rxe0 && ! ip link show "$ib_a.k1" 2>/dev/null &&
+		! ip link show "$ib_a" 2>/dev/null &&
 		rxe_add rxe0 veth0
 }
 ipoib_check "rdma link del rxe0 with a child up: parent and child gone; rxe0 back" readd

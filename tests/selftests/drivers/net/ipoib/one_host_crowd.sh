@@ -65,13 +65,17 @@ crowd() {
 	wait_for 20 eval '[ "$(stat cm_rx_connections)" = "$PEERS" ]'
 	n=$(stat cm_rx_connections)
 	during=$(kernel_kib)
-	echo "$n receive connections, $(($(sysfs_stat rx_dropped) - base_dropped)) messages of an unknown ethertype dropped by the stack"
-	echo "slab and vmalloc: $base -> $during KiB, $(((during - base) * 1024 / PEERS)) bytes per connection" \
+	echo "$n receive connections, $(($(sysfs_stat rx_dropped) - base_dropped)) messages of" \
+		"an unknown ethertype dropped by the stack"
+	echo "slab and vmalloc: $base -> $during KiB," \
+		"$(((during - base) * 1024 / PEERS)) bytes per connection" \
 		"(both ends: the peers' queue pairs are on this host too)"
 	[ "$n" = "$PEERS" ] && [ "$(($(sysfs_stat rx_dropped) - base_dropped))" = "$PEERS" ] &&
 		[ $(((during - base) * 1024 / PEERS)) -lt "$PER_CONN_MAX" ]
 }
-ipoib_check "$PEERS peers connected at once, each message counted, under $PER_CONN_MAX bytes of memory each" crowd
+desc="$PEERS peers connected at once, each message counted,"
+desc+=" under $PER_CONN_MAX bytes of memory each"
+ipoib_check "$desc" crowd
 
 gone() {
 	local after
@@ -90,11 +94,14 @@ gone() {
 	# What the connections took is back, but for allocator caches: within 1 MiB.
 	[ "$after" -lt $((base + 1024)) ]
 }
-ipoib_check "the peers gone: every connection destroyed, memory back to the baseline (or no leak found by kmemleak)" gone
+desc="the peers gone: every connection destroyed,"
+desc+=" memory back to the baseline (or no leak found by kmemleak)"
+ipoib_check "$desc" gone
 
 reachable() {
 	ip netns add crowd && ip link set "$ib_a" netns crowd &&
-		ip -n crowd addr add 198.51.100.1/24 dev "$ib_a" && ip -n crowd link set "$ib_a" up &&
+		ip -n crowd addr add 198.51.100.1/24 dev "$ib_a" &&
+		ip -n crowd link set "$ib_a" up &&
 		wait_for 30 ip netns exec crowd ping -c 1 -W 2 198.51.100.2
 }
 ipoib_check "$ib_b still takes a connection" reachable
@@ -115,27 +122,34 @@ dest_ip() { echo "10.77.$((1 + $1 / 200)).$((1 + $1 % 200))"; }
 burst() { ./udp_burst 9 $(for i in $(seq "$1" "$2"); do dest_ip "$i"; done); }
 many_destinations() {
 	local i tx0 drop0 sent dropped kib0 kib1 wmem gc look0 looked resent redropped relooked
-	local qlen sndbuf0 sndbuf
+	local qlen sndbuf0 sndbuf fmt
 	echo 1 >"/proc/sys/net/ipv6/conf/$ib_b/disable_ipv6"
 	# Only the burst may reach the driver while it is counted: the ping above left a
 	# neighbour entry for ib_a's address that would be probed (three unicast ARP requests)
 	# a few seconds later, with ib_a gone.
 	ip addr del 198.51.100.2/24 dev "$ib_b" && ip neigh flush dev "$ib_b" || return 1
 	ip addr add 10.77.0.1/16 dev "$ib_b" || return 1
+	fmt='neigh replace %s dev %s nud permanent lladdr'
+	fmt+=' 00:00:00:48:fe:80:00:00:00:00:00:00:02:00:00:ff:fe:00:%02x:%02x\n'
 	for i in $(seq 0 $((DESTS - 1))); do
-		printf 'neigh replace %s dev %s nud permanent lladdr 00:00:00:48:fe:80:00:00:00:00:00:00:02:00:00:ff:fe:00:%02x:%02x\n' \
+		# shellcheck disable=SC2059 # the format is built above
+		printf "$fmt" \
 			"$(dest_ip "$i")" "$ib_b" $((i / 256)) $((i % 256))
 	done >/tmp/crowd.neigh
 	# rxe sends each datagram as UDP over IPv6 to its destination's link-local GID: that the
 	# made-up hosts' addresses resolve at once (rather than each holding rxe's queue for the
 	# three seconds neighbour discovery takes to fail), veth1 knows their MACs.
+	fmt='neigh replace fe80::200:ff:fe00:%x dev veth1 nud permanent lladdr'
+	fmt+=' 00:00:00:00:%02x:%02x\n'
 	for i in $(seq 0 $((DESTS - 1))); do
-		printf 'neigh replace fe80::200:ff:fe00:%x dev veth1 nud permanent lladdr 00:00:00:00:%02x:%02x\n' \
+		# shellcheck disable=SC2059 # the format is built above
+		printf "$fmt" \
 			"$i" $((i / 256)) $((i % 256))
 	done >>/tmp/crowd.neigh
 	ip -batch /tmp/crowd.neigh || return 1
 	[ "$(ip neigh show dev "$ib_b" nud permanent | wc -l)" = "$DESTS" ] ||
-		{ echo "$(ip neigh show dev "$ib_b" nud permanent | wc -l) neighbours made, not $DESTS"; return 1; }
+		{ echo "$(ip neigh show dev "$ib_b" nud permanent | wc -l) neighbours made," \
+			"not $DESTS"; return 1; }
 	wmem=$(cat /proc/sys/net/core/wmem_default)
 	sysctl -qw net.core.wmem_default=$((DESTS * 4096))
 	# No destination ages (two collection intervals unused) before the second sending
@@ -149,16 +163,21 @@ many_destinations() {
 	qlen=$(cat "/sys/class/net/$ib_b/tx_queue_len")
 	ip link set dev "$ib_b" txqueuelen $((2 * DESTS)) || return 1
 	sndbuf0=$(snmp_stat Udp SndbufErrors)
-	tx0=$(stat tx_packets) drop0=$(stat tx_dropped) kib0=$(kernel_kib) look0=$(stat path_lookups)
+	tx0=$(stat tx_packets) drop0=$(stat tx_dropped) kib0=$(kernel_kib) \
+		look0=$(stat path_lookups)
 	burst 0 $((DESTS - 1))
-	echo "right after the burst: $(($(stat tx_packets) - tx0)) sent, $(stat neighbours) address handles"
-	wait_for $((60 * SLOW)) eval '[ $(($(stat tx_packets) - tx0 + $(stat tx_dropped) - drop0)) -ge $DESTS ]'
+	echo "right after the burst: $(($(stat tx_packets) - tx0)) sent," \
+		"$(stat neighbours) address handles"
+	wait_for $((60 * SLOW)) eval \
+		'[ $(($(stat tx_packets) - tx0 + $(stat tx_dropped) - drop0)) -ge $DESTS ]'
 	sleep 1
-	sent=$(($(stat tx_packets) - tx0)) dropped=$(($(stat tx_dropped) - drop0)) kib1=$(kernel_kib)
+	sent=$(($(stat tx_packets) - tx0)) dropped=$(($(stat tx_dropped) - drop0)) \
+		kib1=$(kernel_kib)
 	looked=$(($(stat path_lookups) - look0)) sndbuf=$(($(snmp_stat Udp SndbufErrors) - sndbuf0))
 	echo "$sent sent, $dropped dropped ($sndbuf before the driver)," \
 		"$(stat neighbours) address handles, $looked looked up;" \
-		"slab and vmalloc $kib0 -> $kib1 KiB, $(((kib1 - kib0) * 1024 / DESTS)) bytes per destination"
+		"slab and vmalloc $kib0 -> $kib1 KiB," \
+		"$(((kib1 - kib0) * 1024 / DESTS)) bytes per destination"
 	# For bench.sh --scaling: the destinations' memory.
 	echo "# DESTS $DESTS $(((kib1 - kib0) * 1024 / DESTS))"
 	# The same destinations again, all in use: sent through their handles, none looked up
@@ -167,7 +186,10 @@ many_destinations() {
 	tx0=$(stat tx_packets) drop0=$(stat tx_dropped) look0=$(stat path_lookups)
 	for ((i = 0; i < DESTS; i += 100)); do
 		burst "$i" $((i + 99 < DESTS - 1 ? i + 99 : DESTS - 1))
-		wait_for $((10 * SLOW)) eval '[ $(($(stat tx_packets) - tx0 + $(stat tx_dropped) - drop0)) -ge $((i + 100 < DESTS ? i + 100 : DESTS)) ]'
+		# shellcheck disable=SC2016 # expanded by eval
+		wait_for $((10 * SLOW)) eval \
+			'[ $(($(stat tx_packets) - tx0 + $(stat tx_dropped) - drop0)) -ge' \
+			'$((i + 100 < DESTS ? i + 100 : DESTS)) ]'
 	done
 	sleep 1
 	resent=$(($(stat tx_packets) - tx0)) redropped=$(($(stat tx_dropped) - drop0))
@@ -186,8 +208,9 @@ many_destinations() {
 		return 1
 	}
 }
-ipoib_check "$DESTS destinations in one burst: every datagram sent, none dropped or left waiting; each looked up once, a handle kept for each; sent to again, none looked up again" \
-	many_destinations
+desc="$DESTS destinations in one burst: every datagram sent, none dropped or left waiting;"
+desc+=" each looked up once, a handle kept for each; sent to again, none looked up again"
+ipoib_check "$desc" many_destinations
 KLOG_MARK=$start_mark
 ipoib_check "unloaded, kernel log clean" eval 'wait_for 10 eval "rmmod $MODULE" && klog_clean_since'
 ktap_finished

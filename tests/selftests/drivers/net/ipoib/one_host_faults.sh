@@ -29,7 +29,8 @@
 FS=/sys/kernel/debug/failslab
 NS=ipoibfaults
 # Which allocation fails: dense among the first ones, sparser through the receive rings.
-NTH="${IPOIB_FAULTS_NTH:-1 2 3 5 8 12 17 25 35 50 70 100 140 200 280 400 560 800 1100 1500 2000 2700 3600 4800 6400}"
+NTH="1 2 3 5 8 12 17 25 35 50 70 100 140 200 280 400 560 800 1100 1500 2000 2700 3600 4800 6400"
+NTH="${IPOIB_FAULTS_NTH:-$NTH}"
 
 ktap_print_header
 if ! modinfo "$MODULE" >/dev/null 2>&1; then
@@ -37,7 +38,8 @@ if ! modinfo "$MODULE" >/dev/null 2>&1; then
 	exit "$KSFT_SKIP"
 fi
 if [ ! -d "$FS" ] || [ ! -e /proc/self/fail-nth ]; then
-	ktap_skip_all "no failslab (CONFIG_FAILSLAB, CONFIG_FAULT_INJECTION_DEBUG_FS, debugfs mounted)"
+	ktap_skip_all "no failslab (CONFIG_FAILSLAB," \
+		"CONFIG_FAULT_INJECTION_DEBUG_FS, debugfs mounted)"
 	exit "$KSFT_SKIP"
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
@@ -72,7 +74,8 @@ sweep() {
 	for n in $NTH; do
 		total=$((total + 1))
 		under_failslab "$n" "$@" || failed=$((failed + 1))
-		eval "$undo" || { echo "$name: '$undo' failed after allocation $n failed"; return 1; }
+		eval "$undo" ||
+			{ echo "$name: '$undo' failed after allocation $n failed"; return 1; }
 	done
 	echo "$name: $failed of $total attempts failed under injection"
 	if ! klog_clean_since; then
@@ -105,7 +108,8 @@ ipoib_check "ip link set $ib_a up under kmalloc failures: fails cleanly or comes
 only_module_allocations() {
 	local start size
 	start=$(cat /sys/module/$MODULE/sections/.text) &&
-		size=$(awk -v m=$MODULE '$1 == m { print $2 }' /proc/modules) && [ -n "$size" ] || return 1
+		size=$(awk -v m=$MODULE '$1 == m { print $2 }' /proc/modules) &&
+		[ -n "$size" ] || return 1
 	echo 32 >$FS/stacktrace-depth
 	echo "$start" >$FS/require-start
 	printf '0x%x\n' $((start + size)) >$FS/require-end
@@ -134,7 +138,8 @@ open_undone() {
 			echo "rmmod still running 30 s after allocation $n of the open failed"
 			return 1
 		fi
-		wait "$pid" && modprobe "$MODULE" && wait_for 10 eval 'ifc=$(if_of rxe0); [ -n "$ifc" ]' ||
+		wait "$pid" && modprobe "$MODULE" &&
+			wait_for 10 eval 'ifc=$(if_of rxe0); [ -n "$ifc" ]' ||
 			return 1
 	done
 	all_allocations
@@ -146,8 +151,8 @@ open_undone() {
 	klog_clean_since
 }
 if [ -e $FS/require-start ]; then
-	ipoib_check "ip link set $ib_a up failing at each of its allocations in turn: nothing left running" \
-		open_undone
+	desc="ip link set $ib_a up failing at each of its allocations in turn: nothing left running"
+	ipoib_check "$desc" open_undone
 	ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 else
 	ipoib_skip "ip link set up failing at each of its allocations in turn" \
@@ -167,13 +172,15 @@ dummy_device() {
 	ip link del ipoibfault0
 	return $rc
 }
-ipoib_check "a device added under kmalloc failures: taken on or left out, removed cleanly" dummy_device
+ipoib_check "a device added under kmalloc failures: taken on or left out, removed cleanly" \
+	dummy_device
 
 # Afterwards everything still works: datagram mode across namespaces, then unload.
 works() {
 	echo datagram >/sys/class/net/$ib_a/mode && echo datagram >/sys/class/net/$ib_b/mode &&
 		ip netns add "$NS" && ip link set "$ib_b" netns "$NS" &&
-		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" && ip -n "$NS" link set "$ib_b" up &&
+		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" &&
+		ip -n "$NS" link set "$ib_b" up &&
 		ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up &&
 		wait_for 30 ping -c 1 -W 1 198.51.100.2
 }
@@ -191,7 +198,8 @@ recovered() {
 	if rdma res show qp lqpn 1 | grep -q "state ERR"; then
 		echo "rxe left a QP1 in the error state: checking datagram mode"
 		echo datagram >/sys/class/net/$ib_a/mode &&
-			ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$ib_b/mode" || return 1
+			ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$ib_b/mode" ||
+			return 1
 	fi
 	wait_for 60 ping -c 1 -W 1 198.51.100.2 && ip netns exec "$NS" ping -c 2 -W 2 198.51.100.1
 }
@@ -207,7 +215,8 @@ filter_to_module() {
 	# rxe is built in: its functions are one contiguous run of kernel text.
 	lo=$(grep -E ' [tT] rxe_' /proc/kallsyms | sort | head -n 1 | cut -d' ' -f1)
 	hi=$(grep -E ' [tT] rxe_' /proc/kallsyms | sort | tail -n 1 | cut -d' ' -f1)
-	[ -n "$lo" ] && [ -n "$hi" ] && [ -n "$size" ] || { echo "no symbols to filter on"; return 1; }
+	[ -n "$lo" ] && [ -n "$hi" ] && [ -n "$size" ] ||
+		{ echo "no symbols to filter on"; return 1; }
 	echo "$start" >$FS/require-start
 	printf '0x%x\n' $((start + size)) >$FS/require-end
 	if [ "${2:-}" = rxe ]; then
@@ -247,12 +256,13 @@ storm_end() {
 # receive path's failures must show as dropped packets, and everything recovers.
 peer_stat() { ip netns exec "$NS" ethtool -S "$ib_b" | awk -v n="$1:" '$1 == n { print $2 }'; }
 atomic_storm() {
-	local flooders injected drops0 drops
+	local flooders injected drops0 drops switch
 	if rdma res show qp lqpn 1 | grep -q "state ERR"; then
 		echo "rxe left a QP1 in the error state before: the storm runs in datagram mode"
 	else
 		echo connected >/sys/class/net/$ib_a/mode &&
-			ip netns exec "$NS" sh -c "echo connected >/sys/class/net/$ib_b/mode" || return 1
+			ip netns exec "$NS" sh -c "echo connected >/sys/class/net/$ib_b/mode" ||
+			return 1
 	fi
 	wait_for 30 ping -c 1 -W 1 198.51.100.2 || return 1
 	klog_mark
@@ -263,21 +273,28 @@ atomic_storm() {
 	flooders=$!
 	udp_flood 10 198.51.100.1 "$NS"
 	flooders="$flooders $!"
-	wait_for 5 eval '[ $(($(ethtool_stat "$ib_a" rx_dropped) + $(peer_stat rx_dropped))) -gt "$drops0" ]'
+	# shellcheck disable=SC2016 # expanded by eval
+	wait_for 5 eval '[ $(($(ethtool_stat "$ib_a" rx_dropped) + $(peer_stat rx_dropped)))' \
+		'-gt "$drops0" ]'
 	# New connections while allocations fail: the peer drops its own and makes new ones.
-	ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$ib_b/mode; echo connected >/sys/class/net/$ib_b/mode"
+	switch="echo datagram >/sys/class/net/$ib_b/mode;"
+	switch+=" echo connected >/sys/class/net/$ib_b/mode"
+	ip netns exec "$NS" sh -c "$switch"
 	wait $flooders
 	injected=$(storm_end)
 	drops=$(($(ethtool_stat "$ib_a" rx_dropped) + $(peer_stat rx_dropped) - drops0))
-	echo "$injected atomic allocations under $MODULE failed; received packets dropped: $drops;" \
-		"$ib_a: tx_dropped $(ethtool_stat "$ib_a" tx_dropped), connections made $(ethtool_stat "$ib_a" cm_tx_established)"
-	[ "$injected" -gt 0 ] && [ "$drops" -gt 0 ] && recovered && ping -c 2 -W 2 -s 8000 198.51.100.2
+	echo "$injected atomic allocations under $MODULE failed;" \
+		"received packets dropped: $drops;" \
+		"$ib_a: tx_dropped $(ethtool_stat "$ib_a" tx_dropped)," \
+		"connections made $(ethtool_stat "$ib_a" cm_tx_established)"
+	[ "$injected" -gt 0 ] && [ "$drops" -gt 0 ] && recovered &&
+		ping -c 2 -W 2 -s 8000 198.51.100.2
 }
 
 # ours_storm: allocations under our module's code fail at random (one in five, 100 in all)
 # while both sides switch modes and reconnect.
 ours_storm() {
-	local injected i
+	local injected i switch
 	echo connected >/sys/class/net/$ib_a/mode &&
 		ip netns exec "$NS" sh -c "echo connected >/sys/class/net/$ib_b/mode" &&
 		wait_for 30 ping -c 1 -W 1 198.51.100.2 || return 1
@@ -286,8 +303,10 @@ ours_storm() {
 	storm_start 100 20 N
 	# Every switch closes the connections of that side; the pings make new ones. Commands
 	# may fail here: only the outcome afterwards counts.
+	switch="echo datagram >/sys/class/net/$ib_b/mode;"
+	switch+=" echo connected >/sys/class/net/$ib_b/mode"
 	for i in $(seq 1 10); do
-		ip netns exec "$NS" sh -c "echo datagram >/sys/class/net/$ib_b/mode; echo connected >/sys/class/net/$ib_b/mode" 2>/dev/null
+		ip netns exec "$NS" sh -c "$switch" 2>/dev/null
 		echo datagram >/sys/class/net/$ib_a/mode 2>/dev/null
 		echo connected >/sys/class/net/$ib_a/mode 2>/dev/null
 		ping -c 2 -W 1 198.51.100.2 >/dev/null 2>&1
@@ -295,34 +314,40 @@ ours_storm() {
 	done
 	injected=$(storm_end)
 	echo "$injected allocations under $MODULE failed; $ib_a: connections made" \
-		"$(ethtool_stat "$ib_a" cm_tx_established), failed $(ethtool_stat "$ib_a" cm_tx_failed)"
+		"$(ethtool_stat "$ib_a" cm_tx_established)," \
+		"failed $(ethtool_stat "$ib_a" cm_tx_failed)"
 	[ "$injected" -gt 0 ] && recovered
 }
 if [ -e $FS/require-start ]; then
-	ipoib_check "allocations under $MODULE's code failing at random while connections are made anew: recovers" \
-		ours_storm
+	desc="allocations under $MODULE's code failing at random while"
+	desc+=" connections are made anew: recovers"
+	ipoib_check "$desc" ours_storm
 else
 	ipoib_skip "allocations under $MODULE's code failing while connections are made anew" \
 		"no stack-trace filter (CONFIG_FAULT_INJECTION_STACKTRACE_FILTER)"
 fi
 if [ -e $FS/require-start ]; then
-	ipoib_check "one in ten atomic allocations under $MODULE's code failing for 10 s under traffic both ways and a mode switch: received packets dropped and counted, recovers" \
-		atomic_storm
+	desc="one in ten atomic allocations under $MODULE's code failing for 10 s under traffic"
+	desc+=" both ways and a mode switch: received packets dropped and counted, recovers"
+	ipoib_check "$desc" atomic_storm
 else
 	ipoib_skip "atomic allocations under $MODULE's code failing under traffic" \
 		"no stack-trace filter (CONFIG_FAULT_INJECTION_STACKTRACE_FILTER)"
 fi
 ip netns del "$NS" 2>/dev/null
 ipoib_check "module unloads" eval 'rmmod $MODULE && ! module_loaded'
+# shellcheck disable=SC2016 # expanded by eval
 ipoib_check "a clean load afterwards creates both interfaces" eval '
-	klog_mark && modprobe $MODULE && [ -n "$(if_of rxe0)" ] && [ -n "$(if_of rxe1)" ] && rmmod $MODULE'
+	klog_mark && modprobe $MODULE && [ -n "$(if_of rxe0)" ] && [ -n "$(if_of rxe1)" ] &&' \
+	'rmmod $MODULE'
 KLOG_MARK=$start_mark
 klog_clean_since || ktap_print_msg "kernel log not clean (see above)"
 # Leave soft-RoCE as the next program expects it: a QP1 rxe failed stays failed until its
 # device is added again.
 if rdma res show qp lqpn 1 | grep -q "state ERR"; then
 	ktap_print_msg "re-adding rxe0 and rxe1 (a QP1 left in the error state)"
-	rdma link delete rxe0 && rdma link delete rxe1 && rxe_add rxe0 veth0 && rxe_add rxe1 veth1 ||
+	rdma link delete rxe0 && rdma link delete rxe1 &&
+		rxe_add rxe0 veth0 && rxe_add rxe1 veth1 ||
 		ktap_print_msg "soft-RoCE devices not re-added"
 fi
 ktap_finished

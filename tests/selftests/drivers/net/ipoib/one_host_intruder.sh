@@ -34,7 +34,8 @@ ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 setup() {
 	[ -n "$ib_a" ] && [ -n "$ib_b" ] || return 1
 	ip netns add "$NS" && ip link set "$ib_a" netns "$NS" &&
-		ip -n "$NS" addr add 198.51.100.1/24 dev "$ib_a" && ip -n "$NS" link set "$ib_a" up &&
+		ip -n "$NS" addr add 198.51.100.1/24 dev "$ib_a" &&
+		ip -n "$NS" link set "$ib_a" up &&
 		ip addr add 198.51.100.2/24 dev "$ib_b" && ip link set "$ib_b" up &&
 		ip netns exec "$NS" ping -c 1 -W 5 198.51.100.2 >/dev/null
 }
@@ -55,7 +56,8 @@ ktap_relay "$results"
 rmmod "$SELFTEST" 2>/dev/null
 
 counted() {
-	echo "rx_errors $before_errors -> $(stat rx_errors), rx_dropped $before_dropped -> $(dropped)," \
+	echo "rx_errors $before_errors -> $(stat rx_errors)," \
+		"rx_dropped $before_dropped -> $(dropped)," \
 		"cm_rx_accepted $before_accepted -> $(stat cm_rx_accepted)," \
 		"cm_rx_rejected $before_rejected -> $(stat cm_rx_rejected)"
 	# Two requests refused, one accepted; the short message and the one over the buffers
@@ -65,7 +67,9 @@ counted() {
 		[ "$(stat rx_errors)" -eq $((before_errors + 2)) ] &&
 		[ "$(dropped)" -eq $((before_dropped + 1)) ]
 }
-ipoib_check "$ib_b counted the refused requests, the short and oversize messages as errors, the unknown type dropped by the stack" counted
+desc="$ib_b counted the refused requests, the short and oversize messages as errors,"
+desc+=" the unknown type dropped by the stack"
+ipoib_check "$desc" counted
 drained() {
 	wait_for 10 eval '[ "$(stat cm_rx_drained)" -gt "$before_drained" ]' || {
 		echo "cm_rx_drained $before_drained -> $(stat cm_rx_drained)"

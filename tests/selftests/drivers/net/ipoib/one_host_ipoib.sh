@@ -41,10 +41,12 @@ sysctl -qw net.ipv4.neigh.default.gc_interval=1
 ipoib_check "modprobe $MODULE" modprobe "$MODULE"
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 netns_setup() {
-	[ -n "$ib_a" ] && [ -n "$ib_b" ] || { echo "interfaces not found: '$ib_a' '$ib_b'"; return 1; }
+	[ -n "$ib_a" ] && [ -n "$ib_b" ] ||
+		{ echo "interfaces not found: '$ib_a' '$ib_b'"; return 1; }
 	ip netns add "$NS" && ip link set "$ib_b" netns "$NS" &&
 		ip -n "$NS" link set lo up &&
-		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" && ip -n "$NS" link set "$ib_b" up &&
+		ip -n "$NS" addr add 198.51.100.2/24 dev "$ib_b" &&
+		ip -n "$NS" link set "$ib_b" up &&
 		ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up
 }
 ipoib_check "$ib_b (rxe1) moved into namespace $NS, both interfaces up" netns_setup
@@ -55,18 +57,22 @@ ipoib_check "ping back $ib_b -> $ib_a" ip netns exec "$NS" ping -c 2 -W 2 198.51
 # at all, five to the all-hosts group (which every interface joins) by five at least.
 peer_stat() { ip netns exec "$NS" cat "/sys/class/net/$ib_b/statistics/$1"; }
 multicast_counted() {
-	local m0 rx0 m1 rx1 m2
+	local m0 rx0 m1 rx1 m2 m3
 	m0=$(peer_stat multicast) rx0=$(peer_stat rx_packets)
 	./udp_burst 9 198.51.100.255 198.51.100.255 198.51.100.255 198.51.100.255 198.51.100.255
-	wait_for 5 eval '[ $(($(peer_stat rx_packets) - rx0)) -ge 5 ]' || { echo "broadcast not received"; return 1; }
+	wait_for 5 eval '[ $(($(peer_stat rx_packets) - rx0)) -ge 5 ]' ||
+		{ echo "broadcast not received"; return 1; }
 	m1=$(peer_stat multicast) rx1=$(peer_stat rx_packets)
 	./mcast_udp send "$ib_a" 224.0.0.1 9 5 100
-	wait_for 5 eval '[ $(($(peer_stat rx_packets) - rx1)) -ge 5 ]' || { echo "multicast not received"; return 1; }
+	wait_for 5 eval '[ $(($(peer_stat rx_packets) - rx1)) -ge 5 ]' ||
+		{ echo "multicast not received"; return 1; }
 	m2=$(peer_stat multicast)
 	echo "multicast: $m0 -> $m1 after 5 broadcast datagrams -> $m2 after 5 to 224.0.0.1"
 	ip -n "$NS" -s link show "$ib_b"
 	[ "$m1" = "$m0" ] && [ $((m2 - m1)) -ge 5 ] &&
-		[ "$(ip netns exec "$NS" ethtool -S "$ib_b" | awk '$1 == "multicast:" { print $2 }')" = "$m2" ]
+		m3=$(ip netns exec "$NS" ethtool -S "$ib_b" |
+			awk '$1 == "multicast:" { print $2 }') &&
+		[ "$m3" = "$m2" ]
 }
 ipoib_check "multicast counted (ip -s link, ethtool -S), broadcast not" multicast_counted
 # Send completions are reaped in batches (by the transmit path every 32 sends, by NAPI a few
@@ -90,12 +96,15 @@ sent_counted() {
 	done
 	wait_for 2 eval '[ $(($(ethtool_stat "$ib_a" tx_packets) - tx0)) -ge 55 ]'
 	tx1=$(ethtool_stat "$ib_a" tx_packets)
-	echo "$sent datagrams sent: tx_packets +$((tx1 - tx0)), tx_dropped +$(($(ethtool_stat "$ib_a" tx_dropped) - drop0))"
+	echo "$sent datagrams sent: tx_packets +$((tx1 - tx0))," \
+		"tx_dropped +$(($(ethtool_stat "$ib_a" tx_dropped) - drop0))"
 	# A few more may be the stack's own.
 	[ "$sent" = 55 ] && [ $((tx1 - tx0)) -ge 55 ] && [ $((tx1 - tx0)) -le 60 ] || ok=1
 	echo connected >"/sys/class/net/$ib_a/mode" && return $ok
 }
-ipoib_check "datagram mode: 50 datagrams in a burst, then 5 one by one, all counted as sent (completions reaped in batches)" sent_counted
+desc="datagram mode: 50 datagrams in a burst, then 5 one by one,"
+desc+=" all counted as sent (completions reaped in batches)"
+ipoib_check "$desc" sent_counted
 
 # 1000 groups on ib_a's multicast list at once (IPv4 239.1.0.0 to 239.1.3.231, joined by
 # sockets): each is joined (listed in debugfs, its group joined on veth0 under rxe0) and
@@ -105,20 +114,21 @@ MCG=/sys/kernel/debug/ipoib/${ib_a}_mcg
 joined_of() { grep -c "^GID: ff12:401b:ffff:0:0:0:f01:" "$MCG"; }
 veth_groups() { ip -6 maddr show dev veth0 | grep -c "ff12:401b:ffff::f01:"; }
 many_groups() {
-	local m0 pid
+	local m0 pid mc=/sys/class/net/$ib_a/statistics/multicast
 	[ -r "$MCG" ] || { echo "no $MCG"; return 1; }
 	./mcast_udp join "$ib_a" 239.1.0.0 1000 120 >/tmp/groups.out &
 	pid=$!
 	wait_for 60 eval '[ "$(joined_of)" = 1000 ] && [ "$(veth_groups)" = 1000 ]' || {
-		echo "joined: $(joined_of) in debugfs, $(veth_groups) on veth0; $(cat /tmp/groups.out)"
+		echo "joined: $(joined_of) in debugfs," \
+			"$(veth_groups) on veth0; $(cat /tmp/groups.out)"
 		kill "$pid"
 		return 1
 	}
 	echo "$(cat /tmp/groups.out): 1000 in debugfs and on veth0"
 	# The last group receives (counted by ib_a as multicast).
-	m0=$(cat "/sys/class/net/$ib_a/statistics/multicast")
+	m0=$(cat "$mc")
 	ip netns exec "$NS" ./mcast_udp send "$ib_b" 239.1.3.231 9 5 100 >/dev/null &&
-		wait_for 10 eval '[ $(($(cat "/sys/class/net/$ib_a/statistics/multicast") - m0)) -ge 5 ]' ||
+		wait_for 10 eval '[ $(($(cat "$mc") - m0)) -ge 5 ]' ||
 		{ echo "group 239.1.3.231 not received"; kill "$pid"; return 1; }
 	kill "$pid" && wait "$pid"
 	wait_for 60 eval '[ "$(joined_of)" = 0 ] && [ "$(veth_groups)" = 0 ]' || {
@@ -133,9 +143,11 @@ ipoib_check "1000 multicast groups joined at once, the last one receiving, and a
 # 2000-byte pings go whole; back at 1500, the MTU comes down to 1020 by itself and they go
 # in fragments (at 2044 they would vanish). In connected mode: a connection made at path
 # MTU 2048 is made again at 1024 when the Ethernet MTU comes down, 3000-byte pings go on.
-mtus() { echo "$(cat "/sys/class/net/$ib_a/mtu") $(ip netns exec "$NS" cat "/sys/class/net/$ib_b/mtu")"; }
+mtus() { echo "$(cat "/sys/class/net/$ib_a/mtu")" \
+	"$(ip netns exec "$NS" cat "/sys/class/net/$ib_b/mtu")"; }
 modes() {
-	echo "$1" >"/sys/class/net/$ib_a/mode" && ip netns exec "$NS" sh -c "echo $1 >/sys/class/net/$ib_b/mode"
+	echo "$1" >"/sys/class/net/$ib_a/mode" &&
+		ip netns exec "$NS" sh -c "echo $1 >/sys/class/net/$ib_b/mode"
 }
 ethernet_mtu() { ip link set veth0 mtu "$1" && ip link set veth1 mtu "$1"; }
 port_mtu() { [ "$(klog_since | grep -c "port's MTU is $1 now")" -ge 2 ]; }
@@ -144,26 +156,31 @@ port_mtu_followed() {
 	mode=$(cat "/sys/class/net/$ib_a/mode")
 	klog_mark
 	modes datagram && ethernet_mtu 3000 || return 1
-	wait_for 40 eval 'ip link set "$ib_a" mtu 2044 2>/dev/null && ip -n "$NS" link set "$ib_b" mtu 2044 2>/dev/null' || {
+	# shellcheck disable=SC2016 # expanded by eval
+	wait_for 40 eval 'ip link set "$ib_a" mtu 2044 2>/dev/null &&' \
+		'ip -n "$NS" link set "$ib_b" mtu 2044 2>/dev/null' || {
 		echo "MTU 2044 refused at Ethernet MTU 3000"
 		ethernet_mtu 1500
 		return 1
 	}
 	echo "MTUs $(mtus) at Ethernet MTU 3000"
 	ping -c 2 -W 2 -s 2000 198.51.100.2 && ethernet_mtu 1500 &&
-		wait_for 40 eval '[ "$(mtus)" = "1020 1020" ]' && echo "MTUs $(mtus) at Ethernet MTU 1500" &&
+		wait_for 40 eval '[ "$(mtus)" = "1020 1020" ]' &&
+		echo "MTUs $(mtus) at Ethernet MTU 1500" &&
 		ping -c 2 -W 2 -s 2000 198.51.100.2 || return 1
 	klog_mark
 	ethernet_mtu 3000 && wait_for 40 port_mtu 2048 && modes connected &&
 		wait_for 20 ping -c 1 -W 2 -s 3000 198.51.100.2 &&
 		grep "^tx peer .* state Live" "/sys/kernel/debug/ipoib/${ib_a}_cm" || return 1
 	klog_mark
-	ethernet_mtu 1500 && wait_for 40 port_mtu 1024 && wait_for 30 ping -c 1 -W 2 -s 3000 198.51.100.2 &&
-		ping -c 2 -W 2 -s 3000 198.51.100.2 && klog_since | grep "port's MTU is" && modes datagram &&
-		modes "$mode"
+	ethernet_mtu 1500 && wait_for 40 port_mtu 1024 &&
+		wait_for 30 ping -c 1 -W 2 -s 3000 198.51.100.2 &&
+		ping -c 2 -W 2 -s 3000 198.51.100.2 && klog_since | grep "port's MTU is" &&
+		modes datagram && modes "$mode"
 }
-ipoib_check "Ethernet MTU changed under rxe: the interfaces follow the port in both modes, pings get through" \
-	port_mtu_followed
+desc="Ethernet MTU changed under rxe: the interfaces follow the port in"
+desc+=" both modes, pings get through"
+ipoib_check "$desc" port_mtu_followed
 # Malformed datagrams from a user-space UD queue pair on rxe1 to the interface of rxe0.
 stat_of() { cat "/sys/class/net/$ib_a/statistics/$1"; }
 # IPv4's InHdrErrors, found by its name in the header line of /proc/net/snmp.
@@ -171,7 +188,8 @@ in_hdr_errors() { snmp_stat Ip InHdrErrors; }
 inject() {
 	local kind=$1 qkey=${2:-0x0b1b} sgid
 	sgid=$(gid_index_link_local rxe1) || return 1
-	"$(dirname "$0")/ud_inject" rxe1 "$sgid" "$(cat /sys/class/net/$ib_a/address)" "$qkey" "$kind" 10
+	"$(dirname "$0")/ud_inject" rxe1 "$sgid" "$(cat /sys/class/net/$ib_a/address)" \
+		"$qkey" "$kind" 10
 }
 # counted_by COUNTER N COMMAND...: COMMAND succeeds and COUNTER (a function's output) grows
 # by exactly N within 5 s.
@@ -180,7 +198,8 @@ counted_by() {
 	shift 2
 	before=$($counter)
 	"$@" || return 1
-	wait_for 5 eval '[ "$(($($counter) - before))" -ge "$n" ]' || { echo "$counter: $before -> $($counter)"; return 1; }
+	wait_for 5 eval '[ "$(($($counter) - before))" -ge "$n" ]' ||
+		{ echo "$counter: $before -> $($counter)"; return 1; }
 	sleep 0.5
 	echo "$counter: $before -> $($counter)"
 	[ "$(($($counter) - before))" = "$n" ]
@@ -203,16 +222,20 @@ unknown_passed_up() {
 	echo "a packet socket for 0x88b6 on $ib_a: $(cat /tmp/pkt.out)"
 	grep -qx "received 10" /tmp/pkt.out
 }
-ipoib_check "10 datagrams of an ethertype IPoIB does not carry: dropped by the stack (rx_dropped +10); 10 more received by a packet socket for it" \
-	unknown_passed_up
+desc="10 datagrams of an ethertype IPoIB does not carry: dropped by the stack (rx_dropped +10);"
+desc+=" 10 more received by a packet socket for it"
+ipoib_check "$desc" unknown_passed_up
 # On transmit, as C: IPoIB carries IPv4, IPv6, ARP, RARP and TIPC only, other types are
 # dropped (tx_dropped), unicast and multicast alike.
 unknown_sent() {
-	counted_by tx_dropped 10 ./pkt_io send "$ib_a" 0x88b6 "$(ip netns exec "$NS" cat "/sys/class/net/$ib_b/address")" 10 &&
-		counted_by tx_dropped 10 ./pkt_io send "$ib_a" 0x88b6 "$(cat "/sys/class/net/$ib_a/broadcast")" 10
+	counted_by tx_dropped 10 ./pkt_io send "$ib_a" 0x88b6 \
+		"$(ip netns exec "$NS" cat "/sys/class/net/$ib_b/address")" 10 &&
+		counted_by tx_dropped 10 ./pkt_io send "$ib_a" 0x88b6 \
+			"$(cat "/sys/class/net/$ib_a/broadcast")" 10
 }
-ipoib_check "10 unicast packets of that ethertype dropped on transmit (tx_dropped +10), 10 to the broadcast group too" \
-	unknown_sent
+desc="10 unicast packets of that ethertype dropped on transmit (tx_dropped +10),"
+desc+=" 10 to the broadcast group too"
+ipoib_check "$desc" unknown_sent
 ipoib_check "10 IPv4 datagrams of noise: passed up, refused by IPv4 (InHdrErrors +10)" \
 	counted_by in_hdr_errors 10 inject garbage
 # The Q_Key is the one the interface's UD queue pair holds (the broadcast group's): 10
@@ -221,9 +244,11 @@ ipoib_check "10 IPv4 datagrams of noise: passed up, refused by IPv4 (InHdrErrors
 wrong_qkey() {
 	local errors
 	errors=$(rx_errors)
-	counted_by rx_dropped 10 eval 'inject unknown 0x1234 && inject unknown' && [ "$(rx_errors)" = "$errors" ]
+	counted_by rx_dropped 10 eval 'inject unknown 0x1234 && inject unknown' &&
+		[ "$(rx_errors)" = "$errors" ]
 }
-ipoib_check "10 datagrams with a wrong Q_Key never reach the driver, 10 with the group's after them do" wrong_qkey
+desc="10 datagrams with a wrong Q_Key never reach the driver, 10 with the group's after them do"
+ipoib_check "$desc" wrong_qkey
 ipoib_check "ping still answered after the bad input" ping -c 2 -W 2 198.51.100.2
 # In datagram mode unicast goes over UD through a neighbour's address handle.
 neigh_aged() {
@@ -231,7 +256,8 @@ neigh_aged() {
 	echo datagram >"/sys/class/net/$ib_a/mode" && ping -c 1 -W 2 198.51.100.2 || return 1
 	n=$(ethtool_stat "$ib_a" neighbours)
 	echo "neighbours in use: $n"
-	[ "${n:-0}" -ge 1 ] && wait_for 10 eval '[ "$(ethtool_stat "$ib_a" neighbours)" = 0 ]' || return 1
+	[ "${n:-0}" -ge 1 ] &&
+		wait_for 10 eval '[ "$(ethtool_stat "$ib_a" neighbours)" = 0 ]' || return 1
 	echo "idle neighbours forgotten"
 	ping -c 1 -W 2 198.51.100.2 && [ "$(ethtool_stat "$ib_a" neighbours)" -ge 1 ]
 }
@@ -250,10 +276,12 @@ tx_idle_closed() {
 	}
 	echo "idle: closed; cm_tx_idle_closed $closed -> $(ethtool_stat "$ib_a" cm_tx_idle_closed)"
 	[ $(($(ethtool_stat "$ib_a" cm_tx_idle_closed) - closed)) = 1 ] &&
-		ping -c 1 -W 2 -s 3000 198.51.100.2 && [ "$(ethtool_stat "$ib_a" cm_tx_connections)" = 1 ]
+		ping -c 1 -W 2 -s 3000 198.51.100.2 &&
+		[ "$(ethtool_stat "$ib_a" cm_tx_connections)" = 1 ]
 }
-ipoib_check "connected mode: an idle destination's connection closed after two collection intervals (counted), made again on use" \
-	tx_idle_closed
+desc="connected mode: an idle destination's connection closed after two collection"
+desc+=" intervals (counted), made again on use"
+ipoib_check "$desc" tx_idle_closed
 # Unicast ARP goes as a datagram in connected mode too, as in C (ARP answers must not wait
 # for a connection): a probe of the peer's entry (unicast ARP requests, 60 bytes with the
 # IPoIB header) is sent as datagrams to the peer's QPN, and answered.
@@ -271,7 +299,8 @@ arp_over_ud() {
 	klog_since | grep "sending datagram, length 60 to QPN 0x$qpn" | head -n 3
 	[ "$answered" = 0 ] && klog_since | grep -q "sending datagram, length 60 to QPN 0x$qpn"
 }
-ipoib_check "connected mode: unicast ARP sent as datagrams (a probe of the peer's entry), and answered" arp_over_ud
+desc="connected mode: unicast ARP sent as datagrams (a probe of the peer's entry), and answered"
+ipoib_check "$desc" arp_over_ud
 unload() {
 	rmmod "$MODULE" && ! module_loaded && ! ip -n "$NS" link show "$ib_b" 2>/dev/null
 }

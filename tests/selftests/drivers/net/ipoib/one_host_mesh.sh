@@ -21,7 +21,8 @@ mesh_topology() {
 	for i in $(seq 1 "$MESH_N"); do
 		ip link add "m$i" type veth peer name "mb$i" &&
 			ip link set "mb$i" master mbr0 && ip link set "mb$i" up &&
-			ip link set "m$i" up && rdma link add "mrxe$i" type rxe netdev "m$i" || return 1
+			ip link set "m$i" up &&
+			rdma link add "mrxe$i" type rxe netdev "m$i" || return 1
 	done
 	for i in $(seq 1 "$MESH_N"); do wait_for 10 port_active "mrxe$i" 1 || return 1; done
 }
@@ -36,7 +37,9 @@ ipoib_check "modprobe $MODULE" modprobe "$MODULE"
 mesh_ifaces() {
 	local i ifc
 	for i in $(seq 1 "$MESH_N"); do
-		ifc=$(klog_since | sed -n "s/.*$MODULE: mrxe$i port 1: \(ib[0-9]*\) address.*/\1/p" | tail -n 1)
+		ifc=$(klog_since |
+			sed -n "s/.*$MODULE: mrxe$i port 1: \(ib[0-9]*\) address.*/\1/p" |
+			tail -n 1)
 		[ -n "$ifc" ] || { echo "no interface logged for mrxe$i"; return 1; }
 		ip netns add "ms$i" && ip link set "$ifc" netns "ms$i" &&
 			ip -n "ms$i" link set "$ifc" name ib0 &&
@@ -58,8 +61,10 @@ ping_all() {
 		(
 			for j in $(seq 1 "$MESH_N"); do
 				[ "$i" = "$j" ] && continue
-				ip netns exec "ms$i" ping -c 1 -W 10 -s 60000 "198.51.100.$j" >/dev/null ||
-					ip netns exec "ms$i" ping -c 2 -W 10 -s 60000 "198.51.100.$j" >/dev/null ||
+				ip netns exec "ms$i" ping -c 1 -W 10 -s 60000 \
+					"198.51.100.$j" >/dev/null ||
+					ip netns exec "ms$i" ping -c 2 -W 10 -s 60000 \
+						"198.51.100.$j" >/dev/null ||
 					{ echo "ms$i -> 198.51.100.$j failed"; exit 1; }
 			done
 		) &
@@ -80,8 +85,10 @@ ipoib_check "$PAIRS pings of 60000 bytes: one connection each way per pair" mesh
 avail_after=$(mem_kib MemAvailable)
 slab_after=$(mem_kib Slab)
 conns=$((2 * PAIRS))
-echo "MEMORY $conns connections ($PAIRS transmit, $PAIRS receive): MemAvailable -$((avail_before - avail_after)) KiB, Slab +$((slab_after - slab_before)) KiB"
-echo "MEMORY per connection: $(((avail_before - avail_after) / conns)) KiB (MemAvailable), $(((slab_after - slab_before) / conns)) KiB (Slab)"
+echo "MEMORY $conns connections ($PAIRS transmit, $PAIRS receive): MemAvailable" \
+	"-$((avail_before - avail_after)) KiB, Slab +$((slab_after - slab_before)) KiB"
+echo "MEMORY per connection: $(((avail_before - avail_after) / conns)) KiB (MemAvailable)," \
+	"$(((slab_after - slab_before) / conns)) KiB (Slab)"
 
 # A second round goes over the same connections: none is made or lost.
 mesh_reused() {

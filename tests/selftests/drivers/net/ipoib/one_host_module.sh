@@ -29,7 +29,8 @@ log=$(klog_since)
 every_port_logged() {
 	local n=0 dev port
 	while read -r dev port; do
-		port_logged "$log" "$dev" "$port" || { echo "no add line for $dev port $port"; return 1; }
+		port_logged "$log" "$dev" "$port" ||
+			{ echo "no add line for $dev port $port"; return 1; }
 		n=$((n + 1))
 	done < <(all_ports)
 	[ "$n" -ge 2 ]
@@ -72,7 +73,8 @@ log=$(klog_since)
 every_port_removed() {
 	local n=0 dev port
 	while read -r dev port; do
-		port_removed_logged "$log" "$dev" "$port" || { echo "no remove line for $dev port $port"; return 1; }
+		port_removed_logged "$log" "$dev" "$port" ||
+			{ echo "no remove line for $dev port $port"; return 1; }
 		n=$((n + 1))
 	done < <(all_ports)
 	[ "$n" -ge 2 ] && ! module_loaded
@@ -96,9 +98,11 @@ bad_sizes() {
 	local arg
 	for arg in send_queue_size=8193 recv_queue_size=15; do
 		klog_mark
-		modprobe "$MODULE" "$arg" 2>/dev/null && { echo "loaded with $arg"; rmmod "$MODULE"; return 1; }
+		modprobe "$MODULE" "$arg" 2>/dev/null &&
+			{ echo "loaded with $arg"; rmmod "$MODULE"; return 1; }
 		module_loaded && return 1
-		klog_since | grep "$MODULE: $arg is out of range (16..8192)" || { echo "no line for $arg"; return 1; }
+		klog_since | grep "$MODULE: $arg is out of range (16..8192)" ||
+			{ echo "no line for $arg"; return 1; }
 	done
 }
 ipoib_check "modprobe with send_queue_size=8193 or recv_queue_size=15 refused, logged" bad_sizes
@@ -110,10 +114,13 @@ big_sizes() {
 	ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 	[ -n "$ib_a" ] && [ -n "$ib_b" ] || { echo "no interfaces"; rmmod "$MODULE"; return 1; }
 	# The transmit queue is twice the send queue, as C sets it.
-	ip link show "$ib_a" | grep -q "qlen 16384" || { ip link show "$ib_a"; rmmod "$MODULE"; return 1; }
+	ip link show "$ib_a" | grep -q "qlen 16384" ||
+		{ ip link show "$ib_a"; rmmod "$MODULE"; return 1; }
 	rmmod "$MODULE"
 }
-ipoib_check "modprobe with both queue sizes at 8192 (datagram only): interfaces made (qlen 16384), unloaded" big_sizes
+desc="modprobe with both queue sizes at 8192 (datagram only):"
+desc+=" interfaces made (qlen 16384), unloaded"
+ipoib_check "$desc" big_sizes
 KLOG_MARK=$start_mark
 ipoib_check "kernel log clean throughout" klog_clean_since
 ktap_finished

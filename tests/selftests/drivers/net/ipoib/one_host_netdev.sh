@@ -10,16 +10,18 @@ DEV=rsnettest0
 
 ktap_print_header
 if ! modinfo "$SELFTEST" >/dev/null 2>&1; then
-	ktap_skip_all "module $SELFTEST not built (CONFIG_INFINIBAND_IPOIB_RS_VERBS_SELFTEST)"
+	ktap_skip_all "module $SELFTEST not built (CONFIG_INFINIBAND_IPOIB_RUST_SELFTEST)"
 	exit "$KSFT_SKIP"
 fi
 ktap_set_plan 10
 klog_mark
 start_mark=$KLOG_MARK
 
-ipoib_check "modprobe $SELFTEST registers $DEV" eval 'modprobe "$SELFTEST" && [ -d /sys/class/net/$DEV ]'
+ipoib_check "modprobe $SELFTEST registers $DEV" \
+	eval 'modprobe "$SELFTEST" && [ -d /sys/class/net/$DEV ]'
 attrs() {
-	[ "$(cat /sys/class/net/$DEV/type)" = 65534 ] && [ "$(cat /sys/class/net/$DEV/mtu)" = 1500 ] &&
+	[ "$(cat /sys/class/net/$DEV/type)" = 65534 ] &&
+		[ "$(cat /sys/class/net/$DEV/mtu)" = 1500 ] &&
 		ip -d link show "$DEV" | grep -q "minmtu 68 maxmtu 9000" &&
 		ip link show "$DEV" | grep -q "POINTOPOINT,NOARP"
 }
@@ -40,20 +42,28 @@ transmit() {
 		"tx_bytes $txb_before -> $txb_after, rx_bytes $rxb_before -> $rxb_after"
 	# Each copy is as long as the packet sent (IPv4, 20 + 8 + 100 bytes).
 	[ $((after - before)) -eq 5 ] && [ $((rx_after - rx_before)) -eq 5 ] &&
-		[ $((txb_after - txb_before)) -eq 640 ] && [ $((rxb_after - rxb_before)) -eq 640 ] &&
+		[ $((txb_after - txb_before)) -eq 640 ] &&
+		[ $((rxb_after - rxb_before)) -eq 640 ] &&
 		[ "$(cat $s/tx_dropped)" = 0 ]
 }
-ipoib_check "5 pings built by header_ops, transmitted, looped back through NAPI (copied into skbs of Napi::alloc_skb), counted" transmit
-ipoib_check "MTU 8800 accepted, run at 8000 as the driver says" eval 'ip link set "$DEV" mtu 8800 && [ "$(cat /sys/class/net/$DEV/mtu)" = 8000 ]'
-ipoib_check "MTU 4000 accepted" eval 'ip link set "$DEV" mtu 4000 && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]'
+desc="5 pings built by header_ops, transmitted,"
+desc+=" looped back through NAPI (copied into skbs of Napi::alloc_skb), counted"
+ipoib_check "$desc" transmit
+ipoib_check "MTU 8800 accepted, run at 8000 as the driver says" \
+	eval 'ip link set "$DEV" mtu 8800 && [ "$(cat /sys/class/net/$DEV/mtu)" = 8000 ]'
+ipoib_check "MTU 4000 accepted" \
+	eval 'ip link set "$DEV" mtu 4000 && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]'
 mtu_refused() {
 	! ip link set "$DEV" mtu 4001 2>/dev/null && ! ip link set "$DEV" mtu 9002 2>/dev/null &&
-		! ip link set "$DEV" mtu 60 2>/dev/null && [ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]
+		! ip link set "$DEV" mtu 60 2>/dev/null &&
+		[ "$(cat /sys/class/net/$DEV/mtu)" = 4000 ]
 }
 ipoib_check "odd, too large and too small MTUs refused" mtu_refused
 klog_mark
+# shellcheck disable=SC2016 # expanded by eval
 ipoib_check "rmmod while up: stop called, device gone" \
-	eval 'rmmod "$SELFTEST" && klog_since | grep -q "$DEV: stop" && ! [ -e /sys/class/net/$DEV ]'
+	eval 'rmmod "$SELFTEST" && klog_since | grep -q "$DEV: stop" &&' \
+		'! [ -e /sys/class/net/$DEV ]'
 # The poll state (Operations::PollState) is the device's, made once: it counted every round.
 poll_state() {
 	local line polls counted

@@ -24,19 +24,27 @@ klog_mark
 start_mark=$KLOG_MARK
 
 params() {
-	modprobe "$MODULE" cm_srq=0 max_nonsrq_conn_qp=1 recv_queue_size=$RING debug_level=1 || return 1
+	modprobe "$MODULE" cm_srq=0 max_nonsrq_conn_qp=1 recv_queue_size=$RING \
+		debug_level=1 || return 1
 	local p=/sys/module/$MODULE/parameters
 	echo "cm_srq $(cat $p/cm_srq), max_nonsrq_conn_qp $(cat $p/max_nonsrq_conn_qp)"
 	[ "$(cat $p/cm_srq)" = N ] && [ "$(cat $p/max_nonsrq_conn_qp)" = 1 ] || return 1
 	# The receive CQ takes the UD ring's completions and those of the connections' rings:
 	# room for both rings (the UD QP's and one connection's), plus the C driver's slack.
-	local cqe
+	local cqe prog
 	rdma res show cq dev rxe0 | grep "comm \[$MODULE\]"
-	cqe=$(rdma res show cq dev rxe0 | awk -v m="[$MODULE]" 'index($0, m) { for (i = 1; i < NF; i++) if ($i == "cqe" && $(i + 1) > max) max = $(i + 1) } END { print max + 0 }')
+	# shellcheck disable=SC2016 # an awk program
+	prog='index($0, m) {'
+	# shellcheck disable=SC2016 # an awk program
+	prog+=' for (i = 1; i < NF; i++) if ($i == "cqe" && $(i + 1) > max) max = $(i + 1) }'
+	prog+=' END { print max + 0 }'
+	cqe=$(rdma res show cq dev rxe0 | awk -v m="[$MODULE]" "$prog")
 	echo "largest CQ of $MODULE on rxe0: $cqe entries"
 	[ "$cqe" -ge $((3 * RING + 1)) ]
 }
-ipoib_check "modprobe $MODULE cm_srq=0 max_nonsrq_conn_qp=1: parameters shown, receive CQ sized for the rings" params
+desc="modprobe $MODULE cm_srq=0 max_nonsrq_conn_qp=1: parameters shown,"
+desc+=" receive CQ sized for the rings"
+ipoib_check "$desc" params
 ib_a=$(if_of rxe0) ib_b=$(if_of rxe1)
 kid=$ib_b.kid
 cm_file=/sys/kernel/debug/ipoib/${ib_a}_cm
@@ -47,13 +55,17 @@ in_namespace() {
 		ip -n "$1" link set "$2" mtu 65520 && ip -n "$1" link set "$2" up
 }
 setup() {
-	[ -n "$ib_a" ] && [ -n "$ib_b" ] || { echo "interfaces not found: '$ib_a' '$ib_b'"; return 1; }
+	[ -n "$ib_a" ] && [ -n "$ib_b" ] ||
+		{ echo "interfaces not found: '$ib_a' '$ib_b'"; return 1; }
 	ip netns add "$NS_PEER" && ip netns add "$NS_KID" &&
-		ip link add link "$ib_b" name "$kid" type ipoib && in_namespace "$NS_KID" "$kid" "$KID" &&
+		ip link add link "$ib_b" name "$kid" type ipoib &&
+		in_namespace "$NS_KID" "$kid" "$KID" &&
 		in_namespace "$NS_PEER" "$ib_b" "$PEER" &&
-		ip addr add "$OURS/24" dev "$ib_a" && ip link set "$ib_a" mtu 65520 && ip link set "$ib_a" up
+		ip addr add "$OURS/24" dev "$ib_a" && ip link set "$ib_a" mtu 65520 &&
+		ip link set "$ib_a" up
 }
-ipoib_check "interfaces up in connected mode, MTU 65520 ($ib_a; $ib_b in $NS_PEER, its child in $NS_KID)" setup
+desc="interfaces up in connected mode, MTU 65520 ($ib_a; $ib_b in $NS_PEER, its child in $NS_KID)"
+ipoib_check "$desc" setup
 
 # frags NS: IPv4 fragments namespace NS made so far.
 frags() { ip netns exec "$1" awk '/^Ip: [0-9]/ { print $(NF - 1) }' /proc/net/snmp; }
@@ -99,16 +111,23 @@ bulk_to_peer() {
 ipoib_check "8 MiB over TCP intact (sha256), both ends' rings in use" bulk_to_peer
 
 second_refused() {
-	local before
+	local before kid_failed refused
 	before=$(ethtool_stat "$ib_a" cm_rx_rejected)
-	! ip netns exec "$NS_KID" ping -c 3 -W 2 "$OURS" || { echo "the second peer got through"; return 1; }
+	! ip netns exec "$NS_KID" ping -c 3 -W 2 "$OURS" ||
+		{ echo "the second peer got through"; return 1; }
+	kid_failed=$(ip netns exec "$NS_KID" ethtool -S "$kid" |
+		awk '$1 == "cm_tx_failed:" { print $2 }')
 	echo "cm_rx_rejected $before -> $(ethtool_stat "$ib_a" cm_rx_rejected)," \
-		"child's cm_tx_failed $(ip netns exec "$NS_KID" ethtool -S "$kid" | awk '$1 == "cm_tx_failed:" { print $2 }')"
+		"child's cm_tx_failed $kid_failed"
 	cat "$cm_file"
-	[ "$(ethtool_stat "$ib_a" cm_rx_rejected)" -gt "$before" ] && [ "$(rx_lines | wc -l)" = 1 ] &&
-		klog_since | grep -q "$MODULE: $ib_a: connection request refused: 1 connections with rings of their own (max_nonsrq_conn_qp)"
+	refused="$MODULE: $ib_a: connection request refused:"
+	refused+=" 1 connections with rings of their own (max_nonsrq_conn_qp)"
+	[ "$(ethtool_stat "$ib_a" cm_rx_rejected)" -gt "$before" ] &&
+		[ "$(rx_lines | wc -l)" = 1 ] &&
+		klog_since | grep -q "$refused"
 }
-ipoib_check "second peer refused while the first holds the one place (REJ no QP, counted, logged)" second_refused
+ipoib_check "second peer refused while the first holds the one place (REJ no QP, counted, logged)" \
+	second_refused
 
 # The first peer leaves connected mode: its connection to us closes and frees the place.
 second_after_first() {
@@ -116,7 +135,8 @@ second_after_first() {
 	wait_for 20 eval '[ "$(rx_lines | wc -l)" = 0 ]' || { cat "$cm_file"; return 1; }
 	connects "$NS_KID"
 }
-ipoib_check "first peer to datagram mode: its connection closed, the second peer connects" second_after_first
+ipoib_check "first peer to datagram mode: its connection closed, the second peer connects" \
+	second_after_first
 
 unload() {
 	rmmod "$MODULE" && ! module_loaded && no_rc_qps

@@ -37,16 +37,20 @@ peer_in_namespace() {
 		ip -n "$NS_PEER" link set "$1" up
 }
 setup() {
-	[ -n "$ib_a" ] && [ -n "$ib_b" ] || { echo "interfaces not found: '$ib_a' '$ib_b'"; return 1; }
+	[ -n "$ib_a" ] && [ -n "$ib_b" ] ||
+		{ echo "interfaces not found: '$ib_a' '$ib_b'"; return 1; }
 	ip netns add "$NS_PEER" && ip netns add "$NS_KID" && peer_in_namespace "$ib_b" &&
-		ip link add link "$ib_a" name "$kid" type ipoib && ip link set "$kid" netns "$NS_KID" &&
-		ip -n "$NS_KID" addr add "$KID/24" dev "$kid" && ip -n "$NS_KID" link set "$kid" up &&
+		ip link add link "$ib_a" name "$kid" type ipoib &&
+		ip link set "$kid" netns "$NS_KID" &&
+		ip -n "$NS_KID" addr add "$KID/24" dev "$kid" &&
+		ip -n "$NS_KID" link set "$kid" up &&
 		ip addr add 198.51.100.1/24 dev "$ib_a" && ip link set "$ib_a" up || return 1
 	wait_for 30 ping -c 1 -W 1 "$PEER" && ping -c 2 -W 2 "$KID" || return 1
 	echo "transmit connections: $(ethtool_stat "$ib_a" cm_tx_connections)"
 	[ "$(ethtool_stat "$ib_a" cm_tx_connections)" = 2 ]
 }
-ipoib_check "connected mode to the peer ($NS_PEER) and to a child ($NS_KID, through rxe0 itself)" setup
+ipoib_check "connected mode to the peer ($NS_PEER) and to a child ($NS_KID, through rxe0 itself)" \
+	setup
 
 # live_to_peer ADDR: lines of our connections to and from the interface of address ADDR
 # that are still up (the flood keeps trying new ones, which never come up).
@@ -58,7 +62,8 @@ live_to_peer() {
 device_gone() {
 	local start flooder addr
 	addr=$(ip -n "$NS_PEER" -br link show "$ib_b" | awk '{ print $3 }')
-	wait_for 10 eval '[ "$(live_to_peer "$addr" | wc -l)" = 2 ]' || { cat "/sys/kernel/debug/ipoib/${ib_a}_cm"; return 1; }
+	wait_for 10 eval '[ "$(live_to_peer "$addr" | wc -l)" = 2 ]' ||
+		{ cat "/sys/kernel/debug/ipoib/${ib_a}_cm"; return 1; }
 	live_to_peer "$addr"
 	udp_flood 30 "$PEER"
 	flooder=$!
@@ -73,7 +78,8 @@ device_gone() {
 	wait "$flooder" 2>/dev/null
 	[ "$reaped" = 0 ] && ping -c 2 -W 2 "$KID"
 }
-ipoib_check "the peer's RDMA device deleted mid-flood: our connections to it reaped within 20 s" device_gone
+ipoib_check "the peer's RDMA device deleted mid-flood: our connections to it reaped within 20 s" \
+	device_gone
 
 peer_device_back() {
 	local ib start
@@ -97,9 +103,10 @@ PEER_MAC=$(cat /sys/class/net/veth1/address)
 # ns_stat NETNS IF COUNTER: a counter of IF in NETNS.
 ns_stat() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 # received: what the peer and the child have received.
-received() { echo $(($(ns_stat "$NS_PEER" "$peer_if" rx_packets) + $(ns_stat "$NS_KID" "$kid" rx_packets))); }
+received() { echo \
+	$(($(ns_stat "$NS_PEER" "$peer_if" rx_packets) + $(ns_stat "$NS_KID" "$kid" rx_packets))); }
 silent_peer() {
-	local start flooder peer_if tx0 rx0 sent got
+	local start flooder peer_if tx0 rx0 sent got stalled
 	# A packet counts as sent once its send completed: those lost toward the silent peer
 	# do not, so we count no more than the peer and the child received (a few may still be
 	# on their way at either end).
@@ -112,23 +119,29 @@ silent_peer() {
 	wait_for 15 eval '[ "$(ethtool_stat "$ib_a" tx_timeouts)" -ge 1 ]'
 	local fired=$?
 	echo "after $(($(date +%s) - start)) s: tx_timeouts $(ethtool_stat "$ib_a" tx_timeouts)," \
-		"cm_tx_stalled $(ethtool_stat "$ib_a" cm_tx_stalled), queue_stopped $(ethtool_stat "$ib_a" queue_stopped)"
+		"cm_tx_stalled $(ethtool_stat "$ib_a" cm_tx_stalled)," \
+		"queue_stopped $(ethtool_stat "$ib_a" queue_stopped)"
 	# The flood goes on: the child must still be reachable.
 	local reachable=1
 	[ "$fired" = 0 ] && ping -c 3 -W 2 "$KID" && reachable=0
 	kill "$flooder" 2>/dev/null
 	wait "$flooder" 2>/dev/null
 	sleep 1
-	sent=$(($(cat "/sys/class/net/$ib_a/statistics/tx_packets") - tx0)) got=$(($(received) - rx0))
+	sent=$(($(cat "/sys/class/net/$ib_a/statistics/tx_packets") - tx0)) \
+		got=$(($(received) - rx0))
 	echo "counted as sent meanwhile: $sent; received by the peer and the child: $got;" \
-		"tx_errors $(ethtool_stat "$ib_a" tx_errors), tx_dropped $(ethtool_stat "$ib_a" tx_dropped)"
+		"tx_errors $(ethtool_stat "$ib_a" tx_errors)," \
+		"tx_dropped $(ethtool_stat "$ib_a" tx_dropped)"
+	stalled="$ib_a: connection to .* stalled with [0-9]* sends in flight; closed"
 	[ "$sent" -le $((got + 16)) ] &&
-		[ "$fired" = 0 ] && [ "$reachable" = 0 ] && [ "$(ethtool_stat "$ib_a" cm_tx_stalled)" -ge 1 ] &&
+		[ "$fired" = 0 ] && [ "$reachable" = 0 ] &&
+		[ "$(ethtool_stat "$ib_a" cm_tx_stalled)" -ge 1 ] &&
 		klog_since | grep -q "$ib_a: transmit timeout: queue stopped with" &&
-		klog_since | grep -q "$ib_a: connection to .* stalled with [0-9]* sends in flight; closed"
+		klog_since | grep -q "$stalled"
 }
-ipoib_check "peer silent under a UDP flood: transmit timeout, stalled connection closed, child still reachable, lost sends not counted as sent" \
-	silent_peer
+desc="peer silent under a UDP flood: transmit timeout, stalled connection closed,"
+desc+=" child still reachable, lost sends not counted as sent"
+ipoib_check "$desc" silent_peer
 
 # peer_state: what both ends hold for each other, for a failed check to show (this one
 # failed twice in about fifty runs, with no answer to the peer's pings).
@@ -160,7 +173,8 @@ peer_back() {
 }
 ipoib_check "the peer back (its device added again): traffic to it resumes" peer_back
 
-ipoib_check "the child and the parent still talk" ip netns exec "$NS_KID" ping -c 2 -W 2 198.51.100.1
+ipoib_check "the child and the parent still talk" \
+	ip netns exec "$NS_KID" ping -c 2 -W 2 198.51.100.1
 
 unload() {
 	rmmod "$MODULE" && ! module_loaded && ! ip -n "$NS_KID" link show "$kid" 2>/dev/null

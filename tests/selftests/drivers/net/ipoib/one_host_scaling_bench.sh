@@ -40,13 +40,15 @@ peers() {
 	# Only the interface that has the address answers ARP for it: the interface of rxe1,
 	# in the same namespace, would otherwise answer for it too and take the streams.
 	sysctl -qw net.ipv4.conf.all.arp_ignore=1 || return 1
-	ip addr add 10.77.0.1/16 dev "$ib_a" && ip link set "$ib_a" up && ip link set "$ib_b" up || return 1
+	ip addr add 10.77.0.1/16 dev "$ib_a" && ip link set "$ib_a" up &&
+		ip link set "$ib_b" up || return 1
 	for i in $(seq 1 "$max"); do
 		local parent=$ib_b
 		[ "$i" -gt 48 ] && parent=$ib_a
 		ip netns add "scale$i" && ip link add link "$parent" name "sc$i" type ipoib &&
 			ip link set "sc$i" netns "scale$i" &&
-			ip -n "scale$i" addr add "10.77.$((i / 200 + 1)).$((i % 200 + 1))/16" dev "sc$i" &&
+			ip -n "scale$i" addr add "10.77.$((i / 200 + 1)).$((i % 200 + 1))/16" \
+				dev "sc$i" &&
 			ip -n "scale$i" link set "sc$i" up || return 1
 	done
 	netserver -p 12865 >/dev/null 2>&1 || return 1
@@ -61,17 +63,19 @@ run() {
 	local n=$1 i pids="" total
 	rm -f /tmp/scale.*
 	for i in $(seq 1 "$n"); do
-		ip netns exec "scale$i" timeout $((SECS + 60)) netperf -H 10.77.0.1 -t TCP_STREAM -l "$SECS" -P 0 \
-			-- -o THROUGHPUT >"/tmp/scale.$i" 2>&1 &
+		ip netns exec "scale$i" timeout $((SECS + 60)) netperf -H 10.77.0.1 \
+			-t TCP_STREAM -l "$SECS" -P 0 -- -o THROUGHPUT >"/tmp/scale.$i" 2>&1 &
 		pids="$pids $!"
 	done
 	wait $pids
-	total=$(cat /tmp/scale.* | awk '/^[0-9.]+$/ { s += $1; k++ } END { if (k) printf "%.2f %d", s, k }')
+	total=$(cat /tmp/scale.* |
+		awk '/^[0-9.]+$/ { s += $1; k++ } END { if (k) printf "%.2f %d", s, k }')
 	local mem
 	mem=$(($(kernel_kib) - base))
 	local rx
 	rx=$(ethtool_stat "$ib_a" cm_rx_connections)
-	echo "streams: $n, answered: ${total#* }, total ${total% *} Mbit/s, connections: tx $(ethtool_stat "$ib_a" cm_tx_connections) rx $rx"
+	echo "streams: $n, answered: ${total#* }, total ${total% *} Mbit/s, connections:" \
+		"tx $(ethtool_stat "$ib_a" cm_tx_connections) rx $rx"
 	[ "${total#* }" = "$n" ] || { head -n 3 /tmp/scale.*; return 1; }
 	# Every stream came in over a connection of its own.
 	[ "$rx" -ge "$n" ] || return 1

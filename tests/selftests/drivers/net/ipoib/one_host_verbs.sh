@@ -32,7 +32,7 @@ SELFTEST=rdma_rs_selftest
 
 ktap_print_header
 if ! modinfo "$SELFTEST" >/dev/null 2>&1; then
-	ktap_skip_all "module $SELFTEST not built (CONFIG_INFINIBAND_IPOIB_RS_VERBS_SELFTEST)"
+	ktap_skip_all "module $SELFTEST not built (CONFIG_INFINIBAND_IPOIB_RUST_SELFTEST)"
 	exit "$KSFT_SKIP"
 fi
 one_host_topology || ktap_exit_fail_msg "soft-RoCE topology did not come up"
@@ -51,7 +51,8 @@ if echo "$results" | grep -q '^not ok'; then
 fi
 # Every check the module has, once each: a run that stopped early reports fewer.
 CHECKS=31
-ipoib_check "$SELFTEST reported all its $CHECKS checks" eval "echo \"\$results\" | grep -qx \"1..$cases\" && [ $cases = $CHECKS ]"
+ipoib_check "$SELFTEST reported all its $CHECKS checks" \
+	eval "echo \"\$results\" | grep -qx \"1..$cases\" && [ $cases = $CHECKS ]"
 # Its objects, released in and out of creation order, are all gone once it has run. (The
 # RDMA core keeps an owner's name to 15 characters.)
 released() {

@@ -69,7 +69,8 @@ ib_attrs() {
 	addr=$(cat /sys/class/net/ib0/address | tr -d :)
 	ip -d link show ib0
 	[ "$(cat /sys/class/net/ib0/type)" = 32 ] && [ "${addr:8}" = "$gid" ] &&
-		[ "$(cat /sys/class/net/ib0/broadcast)" = "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff" ] &&
+		[ "$(cat /sys/class/net/ib0/broadcast)" = \
+			"00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff" ] &&
 		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
 }
 ipoib_check "$role: ib0 is InfiniBand (type 32) with QPN+GID address, broadcast, MTU 1020" ib_attrs
@@ -100,7 +101,8 @@ mtu_rules() {
 		ip link set ib0 mtu 4092 && [ "$(cat /sys/class/net/ib0/mtu)" = 1020 ] &&
 		ip link set ib0 mtu 1020 && [ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
 }
-ipoib_check "$role: datagram MTU above 4092 (4093, 65520) or below 68 refused, 576 taken, 4092 run at 1020" mtu_rules
+desc="$role: datagram MTU above 4092 (4093, 65520) or below 68 refused, 576 taken, 4092 run at 1020"
+ipoib_check "$desc" mtu_rules
 # 992 bytes of ICMP payload fill the 1020-byte MTU exactly; 3000 need IPv4 fragments.
 ipoib_check "$role: full-MTU and fragmented pings over ib0" \
 	eval 'ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
@@ -121,7 +123,8 @@ else
 	# UDP at a modest rate: every datagram arrives (900 bytes fit the 1020-byte MTU).
 	udp_no_loss() {
 		local out
-		out=$(wait_for 30 eval "iperf3 -c $ib_peer -u -b 1M -l 900 -t 5 2>&1") || { echo "$out"; return 1; }
+		out=$(wait_for 30 eval "iperf3 -c $ib_peer -u -b 1M -l 900 -t 5 2>&1") ||
+			{ echo "$out"; return 1; }
 		echo "$out" | tail -n 4
 		echo "$out" | grep -Eq ' 0/[1-9][0-9]* \(0%\) +receiver'
 	}
@@ -131,7 +134,8 @@ fi
 # Checked bulk transfers: with scatter-gather on, TCP hands over pages that are sent in
 # place; off, linear packets.
 bulk_over_ib0() {
-	{ [ "$1" = on ] || ethtool -K ib0 sg off; } && sg_is ib0 "$1" || { ethtool -k ib0; return 1; }
+	{ [ "$1" = on ] || ethtool -K ib0 sg off; } && sg_is ib0 "$1" ||
+		{ ethtool -k ib0; return 1; }
 	if [ "$role" = server ]; then
 		bulk_receive "$DATA_PORT"
 	else
@@ -172,7 +176,8 @@ if [ "$role" = client ]; then
 			{ ip link show ib0; return 1; }
 		echo "eth0 up: ib0 has its carrier back"
 		# rxe fails the UD queue pair when a send finds the port down; it is reset.
-		wait_for 60 ping -c 1 -W 1 "$ib_peer" && echo "qp_recoveries $(ethtool_stat ib0 qp_recoveries)" &&
+		wait_for 60 ping -c 1 -W 1 "$ib_peer" &&
+			echo "qp_recoveries $(ethtool_stat ib0 qp_recoveries)" &&
 			return 0
 		ip -s link show ib0
 		ip neigh show dev ib0
@@ -197,10 +202,13 @@ if [ "$role" = client ]; then
 		echo "rxe0 added again: ib0 back"
 		wait_for 60 ping -c 1 -W 1 "$ib_peer"
 	}
-	ipoib_check "$role: rxe0 deleted under a ping: ib0 removed cleanly, back with the device" device_removed
+	ipoib_check "$role: rxe0 deleted under a ping: ib0 removed cleanly, back with the device" \
+		device_removed
 else
-	ipoib_skip "$role: eth0 down and up: ib0 carrier follows, ping resumes" "the client flaps its link"
-	ipoib_skip "$role: rxe0 deleted under a ping: ib0 removed cleanly, back with the device" "the client removes its device"
+	ipoib_skip "$role: eth0 down and up: ib0 carrier follows, ping resumes" \
+		"the client flaps its link"
+	ipoib_skip "$role: rxe0 deleted under a ping: ib0 removed cleanly, back with the device" \
+		"the client removes its device"
 fi
 
 together=0
@@ -208,5 +216,6 @@ finish_together 180 || { ktap_print_msg "peer did not finish in time"; together=
 [ "$role" = server ] && kill $(pidof netserver) $(pidof iperf3) 2>/dev/null
 rmmod "$MODULE"
 KLOG_MARK=$start_mark
-ipoib_check "$role: both hosts done in time; unloaded, kernel log clean" eval '[ "$together" = 0 ] && ! module_loaded && klog_clean_since'
+ipoib_check "$role: both hosts done in time; unloaded, kernel log clean" \
+	eval '[ "$together" = 0 ] && ! module_loaded && klog_clean_since'
 ktap_finished

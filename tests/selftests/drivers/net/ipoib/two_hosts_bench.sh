@@ -23,9 +23,10 @@ two_hosts_meet
 # emit MTU NAME RUN VALUE UNIT MBIT_S BUSY_JIFFIES: one result line; CPU seconds per MB
 # moved when the measurement moved data.
 emit() {
-	local cpu_per_mb
-	cpu_per_mb=$(awk -v mbit="$6" -v busy="$7" -v s="$SECS" \
-		'BEGIN { mb = mbit * s / 8; if (mb > 0) printf "%.4f", busy / 100 / mb; else print "-" }')
+	local cpu_per_mb prog
+	prog='BEGIN { mb = mbit * s / 8;'
+	prog+=' if (mb > 0) printf "%.4f", busy / 100 / mb; else print "-" }'
+	cpu_per_mb=$(awk -v mbit="$6" -v busy="$7" -v s="$SECS" "$prog")
 	echo "BENCH $1 $2 $3 $4 $5 $cpu_per_mb"
 }
 # measure MTU NAME RUN UNIT COMMAND...: COMMAND prints the figure (Mbit/s for bandwidths,
@@ -84,9 +85,11 @@ bench_at() {
 	if [ "$role" = server ]; then
 		# Receivers for the raw verbs runs, restarted for every run.
 		# A receiver that cannot start must not spin: one try a second.
-		(while :; do timeout 90 ib_send_bw -d rxe0 -p "$RC_PORT" "${RC_BW[@]}" >/dev/null 2>&1 || sleep 1; done) &
+		(while :; do timeout 90 ib_send_bw -d rxe0 -p "$RC_PORT" "${RC_BW[@]}" \
+			>/dev/null 2>&1 || sleep 1; done) &
 		echo $! >/tmp/rc_loop
-		tell_peer "$SYNC" && wait_peer "$SYNC" 600 || return 1 # the client measured datagram mode
+		# the client measured datagram mode
+		tell_peer "$SYNC" && wait_peer "$SYNC" 600 || return 1
 		echo connected >/sys/class/net/ib0/mode || return 1
 		tell_peer "$SYNC" && wait_peer "$SYNC" 600 || return 1 # and connected mode
 		kill "$(cat /tmp/rc_loop)"
@@ -98,9 +101,11 @@ bench_at() {
 			measure "$mtu" eth_tcp "$run" Mbit/s np TCP_STREAM "$peer" -m 65536
 			measure "$mtu" datagram_tcp "$run" Mbit/s np TCP_STREAM "$ib_peer" -m 65536
 			measure "$mtu" datagram_tcp_rr "$run" trans/s np TCP_RR "$ib_peer"
-			measure "$mtu" datagram_udp "$run" Mbit/s np UDP_STREAM "$ib_peer" -m $(($(cat /sys/class/net/ib0/mtu) - 28))
+			measure "$mtu" datagram_udp "$run" Mbit/s np UDP_STREAM "$ib_peer" \
+				-m $(($(cat /sys/class/net/ib0/mtu) - 28))
 		done
-		echo connected >/sys/class/net/ib0/mode && tell_peer "$SYNC" && wait_peer "$SYNC" 120 || return 1
+		echo connected >/sys/class/net/ib0/mode &&
+			tell_peer "$SYNC" && wait_peer "$SYNC" 120 || return 1
 		wait_for 60 ping -c 1 -W 2 -s 60000 "$ib_peer" || return 1
 		for run in $(seq "$RUNS"); do
 			measure "$mtu" connected_tcp "$run" Mbit/s np TCP_STREAM "$ib_peer" -m 65536

@@ -54,10 +54,13 @@ node_info() {
 	echo "$out" | grep -q '^NodeType:\.*Channel Adapter' &&
 		echo "$out" | grep -q '^NumPorts:\.*1$' &&
 		echo "$out" | grep -q '^PartCap:\.*64$' &&
-		[ "$(hex_of "$node")" = "$(hex_of "$(cat "/sys/class/infiniband/$IB_DEV/node_guid")")" ] &&
+		[ "$(hex_of "$node")" = \
+			"$(hex_of "$(cat "/sys/class/infiniband/$IB_DEV/node_guid")")" ] &&
 		[ "$(hex_of "$port")" = "$(hex_of "$(ib_port_guid)")" ] && [ "$node" != "$port" ]
 }
-ipoib_check "$role: smpquery -D nodeinfo 0: a CA, one port, 64 P_Keys, port GUID apart from node GUID" node_info
+ipoib_check \
+	"$role: smpquery -D nodeinfo 0: a CA, one port, 64 P_Keys, port GUID apart from node GUID" \
+	node_info
 # An attribute a CA does not have: the SMA answers with an error status (not silence).
 bad_smp() {
 	local out start=$(date +%s)
@@ -89,7 +92,8 @@ sm_info() {
 	local out
 	out=$(sminfo) || { echo "$out"; return 1; }
 	echo "$out"
-	echo "$out" | grep -q "sm lid $((0x$(hex_of "$(ib_port sm_lid)"))) " && echo "$out" | grep -q SMINFO_MASTER
+	echo "$out" | grep -q "sm lid $((0x$(hex_of "$(ib_port sm_lid)"))) " &&
+		echo "$out" | grep -q SMINFO_MASTER
 }
 ipoib_check "$role: sminfo names the master SM at the SM LID" sm_info
 discover() {
@@ -107,12 +111,15 @@ sa_paths() {
 	[ "$(echo "$out" | grep -c 'dlid\.')" = 4 ] &&
 		echo "$out" | grep -q "dlid\.*$((0x$(ib_lid)))\$"
 }
-ipoib_check "$role: the SA answers the four path records of the fabric, this port's LID among them" sa_paths
+ipoib_check \
+	"$role: the SA answers the four path records of the fabric, this port's LID among them" \
+	sa_paths
 sa_groups() {
 	local out
 	out=$(saquery -g) || { echo "$out"; return 1; }
 	echo "$out" | grep -E 'MGID|P_Key|Mtu|Qkey'
-	echo "$out" | grep -q 'ff12:401b:ffff::ffff:ffff' && echo "$out" | grep -q 'ff12:401b:8001::ffff:ffff'
+	echo "$out" | grep -q 'ff12:401b:ffff::ffff:ffff' &&
+		echo "$out" | grep -q 'ff12:401b:8001::ffff:ffff'
 }
 ipoib_check "$role: the SA holds the IPoIB broadcast groups of 0xffff and 0x8001" sa_groups
 pkey_table() {
@@ -142,7 +149,8 @@ else
 		echo "ib_rcv_dropped $before -> $after"
 		[ $((after - before)) = 7 ]
 	}
-	ipoib_check "$role: the 7 malformed frames dropped and counted, exactly" wait_for 10 frames_counted
+	ipoib_check "$role: the 7 malformed frames dropped and counted, exactly" \
+		wait_for 10 frames_counted
 fi
 
 # --- The C ipoib on both hosts, through the SA's broadcast group.
@@ -154,7 +162,8 @@ c_ipoib_up() {
 		wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP' &&
 		cat /sys/class/net/ib0/mtu && [ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]
 }
-ipoib_check "$role: C ipoib: ib0 up, carrier once joined to the broadcast group, MTU 1020" c_ipoib_up
+ipoib_check "$role: C ipoib: ib0 up, carrier once joined to the broadcast group, MTU 1020" \
+	c_ipoib_up
 both_at 7004
 arp_ping() {
 	ping -c 2 -W 2 "$ib_peer" || return 1
@@ -162,7 +171,8 @@ arp_ping() {
 	# The peer's hardware address carries its port GID.
 	ip neigh show dev ib0 "$ib_peer" | grep -q "fe:80:00:00:00:00:00:00:50:54:00:ff:ff"
 }
-ipoib_check "$role: C ipoib: ARP and ping to $ib_peer" eval 'wait_for 60 ping -c 1 -W 1 "$ib_peer" && arp_ping'
+ipoib_check "$role: C ipoib: ARP and ping to $ib_peer" \
+	eval 'wait_for 60 ping -c 1 -W 1 "$ib_peer" && arp_ping'
 ipoib_check "$role: C ipoib: full-MTU and fragmented pings" \
 	eval 'ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
 
@@ -215,7 +225,8 @@ else
 	both_at 7007
 	nonzero_stream() {
 		local line
-		line=$(netperf_run "$ib_peer" TCP_STREAM "-m 65536" "C ipoib (connected) TCP_STREAM") ||
+		line=$(netperf_run "$ib_peer" TCP_STREAM "-m 65536" \
+			"C ipoib (connected) TCP_STREAM") ||
 			{ echo "$line"; return 1; }
 		echo "$line"
 		echo "$line" | awk '{ exit !($(NF - 1) > 0) }'
@@ -227,13 +238,14 @@ fi
 # A child on the SM's second partition.
 child_up() {
 	local addr=198.51.101.${ib_local##*.}
-	echo 0x8001 >/sys/class/net/ib0/create_child && wait_for 10 test -d /sys/class/net/ib0.8001 &&
+	echo 0x8001 >/sys/class/net/ib0/create_child &&
+		wait_for 10 test -d /sys/class/net/ib0.8001 &&
 		ip addr add "$addr/24" dev ib0.8001 && ip link set ib0.8001 up &&
 		wait_for 60 eval 'ip link show ib0.8001 | grep -q LOWER_UP'
 }
 ipoib_check "$role: C ipoib: child ib0.8001 up with carrier (0x8001's broadcast group)" child_up
-ipoib_check "$role: C ipoib: ib0 linked to the adapter (sysfs, bus-info, dev_port), ib0.8001 to nothing" \
-	adapter_links ib0.8001
+desc="$role: C ipoib: ib0 linked to the adapter (sysfs, bus-info, dev_port), ib0.8001 to nothing"
+ipoib_check "$desc" adapter_links ib0.8001
 both_at 7009
 ipoib_check "$role: C ipoib: the children ping each other on 0x8001" \
 	wait_for 60 ping -c 1 -W 1 "198.51.101.${ib_peer##*.}"
@@ -261,10 +273,12 @@ if [ "$role" = client ]; then
 			klog_since | grep -q "$IB_DEV: port event port error" &&
 			klog_since | grep -q "$IB_DEV: port event port active"
 	}
-	ipoib_check "$role: eth0 down: port DOWN with PORT_ERR; up: ACTIVE again with PORT_ACTIVE" link_bounce
+	ipoib_check "$role: eth0 down: port DOWN with PORT_ERR; up: ACTIVE again with PORT_ACTIVE" \
+		link_bounce
 else
 	ipoib_check "$role: this port stays ACTIVE while the peer's link bounces" \
-		eval 'sleep 5; wait_for 90 ib_port_is ACTIVE && ! klog_since | grep -q "$IB_DEV: port event port error"'
+		eval 'sleep 5; wait_for 90 ib_port_is ACTIVE &&' \
+			'! klog_since | grep -q "$IB_DEV: port event port error"'
 fi
 both_at 7013
 ipoib_check "$role: C ipoib: traffic resumes after the link came back" \
@@ -272,8 +286,10 @@ ipoib_check "$role: C ipoib: traffic resumes after the link came back" \
 
 # --- Cleanup: the C driver unloads, the device goes; the console stays clean.
 both_at 7014
+# shellcheck disable=SC2016 # expanded by eval
 ipoib_check "$role: C ipoib unloads, $IB_DEV deleted" \
-	eval 'rmmod ib_ipoib && opensm_stop && rdma link del "$IB_DEV" && ! test -d "/sys/class/infiniband/$IB_DEV"'
+	eval 'rmmod ib_ipoib && opensm_stop && rdma link del "$IB_DEV" &&' \
+		'! test -d "/sys/class/infiniband/$IB_DEV"'
 KLOG_MARK=$start_mark
 ipoib_check "$role: kernel log clean (the whole program)" klog_clean_since
 ktap_finished

@@ -67,7 +67,10 @@ round() {
 	ip link add link ib0 name ib0.8001 type ipoib pkey 0x8001
 	ip link set ib0 down
 	invalid() {
-		refused "$(with_byte "$own" 3 "$(printf '%02x' $((0x$(echo "$own" | cut -d: -f4) ^ 1)))")" \
+		local other
+		other=$(with_byte "$own" 3 \
+			"$(printf '%02x' $((0x$(echo "$own" | cut -d: -f4) ^ 1)))")
+		refused "$other" \
 			"Invalid argument" &&
 			refused "$(cut -d: -f1-12 <<<"$own"):00:00:00:00:00:00:00:00" \
 				"Invalid argument"
@@ -77,7 +80,8 @@ round() {
 	taken() {
 		ip link set ib0 address "$new" || return 1
 		echo "ib0 $(address ib0), ib0.8001 $(address ib0.8001)"
-		[ "$(address ib0)" = "$new" ] && [ "$(gid_of "$(address ib0.8001)")" = "$(gid_of "$new")" ]
+		[ "$(address ib0)" = "$new" ] &&
+			[ "$(gid_of "$(address ib0.8001)")" = "$(gid_of "$new")" ]
 	}
 	ipoib_check "$who: down, a new GUID taken by ib0 and its child" taken
 	# The SA would refuse joins with a GID the port lacks; ours does not even ask (as C), and
@@ -86,13 +90,15 @@ round() {
 		local fails
 		fails=$(ethtool_stat ib0 mcast_join_failures)
 		ip link set ib0 up || return 1
-		! wait_for $((20 * SLOW)) carrier ib0 || { echo "carrier on with a GUID in no GID table"; return 1; }
+		! wait_for $((20 * SLOW)) carrier ib0 ||
+			{ echo "carrier on with a GUID in no GID table"; return 1; }
 		[ "$drv" = c ] && return 0
 		echo "mcast_join_failures $fails -> $(ethtool_stat ib0 mcast_join_failures)"
 		[ "$(ethtool_stat ib0 mcast_join_failures)" = "$fails" ] &&
 			klog_since | grep "ib0: address .*: its GID is not in port 1's GID table"
 	}
-	ipoib_check "$who: up with a GUID the port's GID table lacks: no group joined, no carrier" no_join
+	ipoib_check "$who: up with a GUID the port's GID table lacks: no group joined, no carrier" \
+		no_join
 	back() {
 		ip link set ib0 down && ip link set ib0 address "$own" && ip link set ib0 up &&
 			wait_for 60 carrier ib0 || { ip link show ib0; return 1; }
@@ -105,8 +111,10 @@ round() {
 	both_at $((base + 2))
 	made() {
 		local asked
-		asked=$(with_byte "$new" 18 "$(printf '%02x' $((0x$(echo "$new" | cut -d: -f19) ^ 0x33)))")
-		ip link add link ib0 name ib0.8002 address "$asked" type ipoib pkey 0x8002 || return 1
+		asked=$(with_byte "$new" 18 \
+			"$(printf '%02x' $((0x$(echo "$new" | cut -d: -f19) ^ 0x33)))")
+		ip link add link ib0 name ib0.8002 address "$asked" \
+			type ipoib pkey 0x8002 || return 1
 		echo "asked $asked, got $(address ib0.8002)"
 		[ "$(gid_of "$(address ib0.8002)")" = "$(gid_of "$asked")" ]
 	}

@@ -6,9 +6,9 @@
 # loads one driver on both hosts, then the other, the first alternating run by run (C, Rust,
 # Rust, C, C, Rust, ...; IPOIB_BENCH_FIRST=rust starts with ours) so that drift and whatever
 # one driver leaves behind hit both alike, and measures in datagram mode and in connected
-# mode at MTU 65520: netperf TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM with datagrams at the MTU, and four TCP
-# streams at once, with the CPU both hosts spent. The client prints one line per
-# measurement:
+# mode at MTU 65520: netperf TCP_STREAM, TCP_MAERTS, TCP_RR, UDP_STREAM with datagrams at
+# the MTU, and four TCP streams at once, with the CPU both hosts spent. The client prints
+# one line per measurement:
 #   BENCH <driver> <mode> <test> <run> <value> <unit> <client CPU> <server CPU> <CPU unit>
 # (Mbit/s and CPU seconds per MB moved, or the latency of a TCP_RR transaction in us and
 # CPU us per transaction), or BENCH <driver> <mode> <test> <run> failed <why>.
@@ -64,7 +64,8 @@ netperf_cpu() {
 	local t=$1
 	shift
 	timeout 90 netperf -H "$ib_peer" -t "$t" -l "$SECS" -c -C -P 0 -- "$@" \
-		-o THROUGHPUT,LOCAL_CPU_UTIL,REMOTE_CPU_UTIL,LOCAL_CPU_COUNT,REMOTE_CPU_COUNT | tail -n 1
+		-o THROUGHPUT,LOCAL_CPU_UTIL,REMOTE_CPU_UTIL,LOCAL_CPU_COUNT,REMOTE_CPU_COUNT |
+		tail -n 1
 }
 # four_streams: four TCP_STREAMs at once; their throughputs summed, CPU use averaged (each
 # run sees the whole host's).
@@ -82,10 +83,13 @@ measure() {
 	local drv=$1 mode=$2 test=$3 run=$4 out
 	shift 4
 	out=$("$@" 2>&1)
-	echo "$out" | awk -F, -v head="BENCH $drv $mode $test $run" -v rr="$([ "$test" = tcp_rr ] && echo 1)" '
+	echo "$out" | awk -F, -v head="BENCH $drv $mode $test $run" \
+		-v rr="$([ "$test" = tcp_rr ] && echo 1)" '
 		END {
 			if (NF != 5 || $1 !~ /^[0-9.]+$/ || $1 <= 0) {
-				gsub(/[^[:alnum:] ._:-]/, " "); print head " failed " (NF ? $0 : "no output"); exit 1
+				gsub(/[^[:alnum:] ._:-]/, " ")
+				print head " failed " (NF ? $0 : "no output")
+				exit 1
 			}
 			if (rr) # a transaction rate: its latency, and CPU us per transaction
 				printf "%s %.2f us %.2f %.2f us/tran\n", head, 1e6 / $1,
@@ -122,7 +126,8 @@ block() {
 		if [ "$failed" = 1 ]; then
 			echo "BENCH $drv $mode all $run failed no path over ib0 (MTU ${mtu:-none})"
 		else
-			measure "$drv" "$mode" tcp_stream "$run" netperf_cpu TCP_STREAM -m 65536 || failed=1
+			measure "$drv" "$mode" tcp_stream "$run" netperf_cpu TCP_STREAM \
+				-m 65536 || failed=1
 			measure "$drv" "$mode" tcp_maerts "$run" netperf_cpu TCP_MAERTS || failed=1
 			measure "$drv" "$mode" tcp_rr "$run" netperf_cpu TCP_RR || failed=1
 			measure "$drv" "$mode" udp_stream "$run" \
@@ -141,7 +146,9 @@ send_peer() { wait_for 60 eval "echo '$2' 2>/dev/null >/dev/tcp/\$peer/$1"; }
 recv_peer() { timeout "${2:-120}" nc -l -p "$1" </dev/null; }
 # stream_of NAME ROLE: "kbit/s bytes ms" of the STREAM line this host's module logged.
 stream_of() {
-	klog_since | sed -n "s/.*$SELFTEST: STREAM $1 $2 \([0-9]*\) kbit\/s \([0-9]*\) bytes \([0-9]*\) ms.*/\1 \2 \3/p" | tail -n 1
+	local re="s/.*$SELFTEST: STREAM $1 $2"
+	re+=" \([0-9]*\) kbit\/s \([0-9]*\) bytes \([0-9]*\) ms.*/\1 \2 \3/p"
+	klog_since | sed -n "$re" | tail -n 1
 }
 # verbs KIND NAME MODE RUN STEP: the in-kernel reference (rdma_rs_selftest's stream mode,
 # KIND 1 RC or 2 UD) from the client to the server; the client prints its BENCH line, with
@@ -155,7 +162,9 @@ verbs() {
 		local pid=$!
 		if [ "$kind" = 2 ]; then
 			wait_for 30 eval 'klog_since | grep -q "stream: ud receiver qpn"'
-			qpn=$(klog_since | sed -n 's/.*stream: ud receiver qpn \(0x[0-9a-f]*\).*/\1/p' | tail -n 1)
+			qpn=$(klog_since |
+				sed -n 's/.*stream: ud receiver qpn \(0x[0-9a-f]*\).*/\1/p' |
+				tail -n 1)
 		else
 			wait_for 30 eval 'klog_since | grep -q "stream: rc receiver listening"'
 		fi
@@ -170,19 +179,23 @@ verbs() {
 		return
 	fi
 	read -r guid qpn < <(recv_peer "$port")
-	[ -n "$guid" ] || { echo "BENCH verbs $mode ${name}_stream $run failed no word from the receiver"; return 1; }
+	[ -n "$guid" ] ||
+		{ echo "BENCH verbs $mode ${name}_stream $run failed" \
+			"no word from the receiver"; return 1; }
 	modprobe "$SELFTEST" stream="$kind" stream_guid_hi=$((0x${guid:0:8})) \
 		stream_guid_lo=$((0x${guid:8:8})) stream_qpn="$qpn" stream_secs="$SECS"
 	b1=$(cpu_busy)
 	mine=$(stream_of "$name" sender)
-	echo "# sender: ${mine:-no figure} ($(klog_since | grep -m 1 "STREAM $name" || echo no STREAM line))"
+	echo "# sender: ${mine:-no figure}" \
+		"($(klog_since | grep -m 1 "STREAM $name" || echo no STREAM line))"
 	rmmod "$SELFTEST"
 	# The receiver's "kbit/s bytes ms busy", or "failed busy".
 	got=$(recv_peer $((port + 1)))
 	echo "$got $mine $((b1 - b0))" | awk -v head="BENCH verbs $mode ${name}_stream $run" '
 		# receiver: $1 kbit/s, $2 bytes, $3 ms, $4 busy jiffies; sender: $5..$7, $8
 		NF == 8 && $1 > 0 && $2 > 0 && $6 > 0 {
-			printf "%s %.3f Mbit/s %.5f %.5f s/MB\n", head, $1 / 1000, $8 / 100 / ($6 / 1e6), $4 / 100 / ($2 / 1e6)
+			printf "%s %.3f Mbit/s %.5f %.5f s/MB\n", head, $1 / 1000,
+				$8 / 100 / ($6 / 1e6), $4 / 100 / ($2 / 1e6)
 			exit 0
 		}
 		{ print head " failed receiver: " $0; exit 1 }'
@@ -208,15 +221,17 @@ done
 # in MODE; the client runs netperf TEST (with OPTIONS) for SECS while both hosts RECORD it
 # (perf_record or trace_record).
 observed() {
-	local record=$1 secs=$2 test=$3 drv=$4 mode=$5 step=$6 failed=0
+	local record=$1 secs=$2 test=$3 drv=$4 mode=$5 step=$6 failed=0 prelude
 	shift 6
 	up "$drv" "$mode" || failed=1
 	both_at $((7200 + step * 2)) || return 1
 	if [ -n "$PRELUDE_SECS" ]; then
 		if [ "$role" = client ] && [ "$failed" = 0 ]; then
 			wait_for 60 ping -c 1 -W 1 "$ib_peer" >/dev/null &&
-				echo "# prelude: TCP_MAERTS $(timeout $((PRELUDE_SECS + 60)) netperf -H "$ib_peer" \
-					-t TCP_MAERTS -l "$PRELUDE_SECS" -P 0 -- -m 65536 | tail -n 1)" || failed=1
+				prelude=$(timeout $((PRELUDE_SECS + 60)) netperf -H "$ib_peer" \
+					-t TCP_MAERTS -l "$PRELUDE_SECS" -P 0 -- -m 65536 |
+					tail -n 1) &&
+				echo "# prelude: TCP_MAERTS $prelude" || failed=1
 		fi
 		both_at $((7600 + step)) $((PRELUDE_SECS + 120)) || return 1
 	fi
@@ -251,11 +266,16 @@ each_driver_mode() {
 # over the CPUs; a numbered one named by its number and device), each softirq of
 # /proc/softirqs, the context switches and CPU time of /proc/stat, the cpuidle states.
 interrupt_counts() {
+	local prog
 	awk '$1 ~ /:$/ && $2 ~ /^[0-9]+$/ {
 		n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i
 		k = $1; sub(":", "", k); if (k ~ /^[0-9]+$/) k = k "-" $NF
 		print "irq_" k, n }' /proc/interrupts
-	awk 'NR > 1 { n = 0; for (i = 2; i <= NF; i++) n += $i; k = $1; sub(":", "", k); print "softirq_" k, n }' /proc/softirqs
+	# shellcheck disable=SC2016 # an awk program
+	prog='NR > 1 { n = 0; for (i = 2; i <= NF; i++) n += $i;'
+	# shellcheck disable=SC2016 # an awk program
+	prog+=' k = $1; sub(":", "", k); print "softirq_" k, n }'
+	awk "$prog" /proc/softirqs
 	# CPU time in us (USER_HZ ticks): busy and idle, and each idle state's entries and time
 	# (a polling state keeps the vCPU, and so the emulator, busy while the guest is idle).
 	echo "cpu_busy_us $(($(cpu_busy) * 10000))"
@@ -268,7 +288,9 @@ interrupt_counts() {
 		echo "idle_$(tr ' ' _ <"$d/name")_us $(cat "$d/time")"
 	done | awk '{ n[$1] += $2 } END { for (k in n) printf "%s %.0f\n", k, n[k] }'
 }
-TRACE_EVENTS="net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll workqueue/workqueue_execute_start workqueue/workqueue_execute_end irq/softirq_entry irq/softirq_exit"
+TRACE_EVENTS="net/net_dev_start_xmit net/netif_receive_skb napi/napi_poll"
+TRACE_EVENTS+=" workqueue/workqueue_execute_start workqueue/workqueue_execute_end"
+TRACE_EVENTS+=" irq/softirq_entry irq/softirq_exit"
 # trace_record NAME COMMAND...: runs COMMAND while tracefs records the events a TCP_RR
 # transaction passes on this host, then prints TRACE lines: per interval, its median and
 # mean in us and how often it was seen; per kind of event, how many came per transaction.
@@ -299,7 +321,8 @@ trace_record() {
 	done
 	[ "$rc" = 0 ] || { cat /tmp/trace.out; return 1; }
 	# The client's netperf: its transaction rate.
-	[ -s /tmp/trace.out ] && echo "TRACE $name $role transactions_per_s $(tail -n 1 /tmp/trace.out)"
+	[ -s /tmp/trace.out ] &&
+		echo "TRACE $name $role transactions_per_s $(tail -n 1 /tmp/trace.out)"
 	awk '
 		function since(from, name) { if (from > 0) print name, (now - from) * 1e6 }
 		/^#/ { next }
@@ -312,23 +335,34 @@ trace_record() {
 			if (!now) next
 			dev = ""
 			if (match($0, /dev=[^ ]+/)) dev = substr($0, RSTART + 4, RLENGTH - 4)
-			else if (match($0, /for device [^ ]+/)) dev = substr($0, RSTART + 11, RLENGTH - 11)
+			else if (match($0, /for device [^ ]+/))
+				dev = substr($0, RSTART + 11, RLENGTH - 11)
 		}
 		ev == "net_dev_start_xmit:" && dev == "ib0" {
 			n["ib0_sends"]++; since(rx_ib, "app_turn"); rx_ib = 0
 			tx_ib = now; tx_ib_wq = now; tx_ib_eth = now; next
 		}
-		ev == "net_dev_start_xmit:" && dev == "eth0" { n["eth0_sends"]++; since(tx_ib_eth, "send_to_wire"); tx_ib_eth = 0; next }
+		ev == "net_dev_start_xmit:" && dev == "eth0" {
+			n["eth0_sends"]++; since(tx_ib_eth, "send_to_wire"); tx_ib_eth = 0; next
+		}
 		# Time spent per kind of work, per CPU: the rxe tasks and NET_RX softirqs.
-		ev == "workqueue_execute_end:" && /do_work/ { if (wq[cpu]) n["rxe_task_us"] += (now - wq[cpu]) * 1e6; wq[cpu] = 0; next }
+		ev == "workqueue_execute_end:" && /do_work/ {
+			if (wq[cpu]) n["rxe_task_us"] += (now - wq[cpu]) * 1e6
+			wq[cpu] = 0; next
+		}
 		ev == "softirq_entry:" { sirq[cpu] = now; next }
-		ev == "softirq_exit:" { if (sirq[cpu]) n["net_rx_softirq_us"] += (now - sirq[cpu]) * 1e6; sirq[cpu] = 0; next }
+		ev == "softirq_exit:" {
+			if (sirq[cpu]) n["net_rx_softirq_us"] += (now - sirq[cpu]) * 1e6
+			sirq[cpu] = 0; next
+		}
 		ev == "workqueue_execute_start:" && /do_work/ {
 			wq[cpu] = now
 			n["rxe_tasks"]++; since(tx_ib_wq, "send_to_rxe_task"); tx_ib_wq = 0
 			since(rx_eth_wq, "wire_to_rxe_task"); rx_eth_wq = 0; next
 		}
-		ev == "netif_receive_skb:" && dev == "eth0" { n["eth0_receives"]++; rx_eth = now; rx_eth_wq = now; next }
+		ev == "netif_receive_skb:" && dev == "eth0" {
+			n["eth0_receives"]++; rx_eth = now; rx_eth_wq = now; next
+		}
 		ev == "netif_receive_skb:" && dev == "ib0" {
 			n["ib0_receives"]++; since(rx_eth, "wire_to_stack"); rx_eth = 0
 			since(tx_ib, "round_trip"); tx_ib = 0; rx_ib = now; next
@@ -338,7 +372,9 @@ trace_record() {
 			for (k in n) printf "count %.0f %s\n", n[k], k > "/tmp/trace.counts"
 		}' $t/trace | sort -k1,1 -k2n | awk -v head="TRACE $name $role" '
 		function flush() {
-			if (c) printf "%s %s median %.0f mean %.0f us n %d\n", head, key, v[int((c + 1) / 2)], sum / c, c
+			if (c)
+				printf "%s %s median %.0f mean %.0f us n %d\n", head, key,
+					v[int((c + 1) / 2)], sum / c, c
 		}
 		$1 != key { flush(); key = $1; c = 0; sum = 0 }
 		{ v[++c] = $2; sum += $2 }
@@ -350,7 +386,9 @@ trace_record() {
 	awk -v head="TRACE $name $role" '
 		{ c[$3] = $2 }
 		END { tr = c["ib0_sends"]; if (!tr) tr = 1
-			for (k in c) printf "%s %s per_ib0_send %.2f n %d\n", head, k, c[k] / tr, c[k] }' /tmp/trace.counts
+			for (k in c)
+				printf "%s %s per_ib0_send %.2f n %d\n", head, k, c[k] / tr, c[k]
+		}' /tmp/trace.counts
 	rm -f /tmp/trace.counts /tmp/trace.before /tmp/trace.after
 }
 [ -n "$TRACE_SECS" ] && each_driver_mode "TCP_RR traced" trace_record "$TRACE_SECS" TCP_RR

@@ -67,7 +67,8 @@ up() {
 	IF=ib0 PEER_ADDR=$ib_peer
 	load_driver "$1" || return 1
 	case "$mode" in
-	connected) echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || return 1 ;;
+	connected) echo connected >/sys/class/net/ib0/mode &&
+		ip link set ib0 mtu 65520 || return 1 ;;
 	*) echo datagram >/sys/class/net/ib0/mode || return 1 ;;
 	esac
 	ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up || return 1
@@ -78,7 +79,8 @@ up() {
 		want=4092 IF=ib0.8003 PEER_ADDR=${ib_peer/198.51.100/198.51.103}
 		# Its mode given to `ip link`: C's children made so have no sysfs mode file.
 		ip link add link ib0 name $IF type ipoib pkey 0x8003 mode datagram &&
-			ip addr add "${ib_local/198.51.100/198.51.103}/24" dev $IF && ip link set $IF up ||
+			ip addr add "${ib_local/198.51.100/198.51.103}/24" dev $IF &&
+			ip link set $IF up ||
 			return 1
 		;;
 	esac
@@ -92,7 +94,8 @@ stat_of() { cat "/sys/class/net/$IF/statistics/$1"; }
 work() {
 	case "$1" in
 	udp) timeout 600 "$FLOOD" send "$PEER_ADDR" $SINK_PORT $(($2 - 28)) "$UDP_N" ;;
-	tcp_stream) timeout 600 netperf -H "$PEER_ADDR" -t TCP_STREAM -l -$((KIB * 1024)) -P 0 -- -m 65536 ;;
+	tcp_stream) timeout 600 netperf -H "$PEER_ADDR" -t TCP_STREAM -l -$((KIB * 1024)) \
+		-P 0 -- -m 65536 ;;
 	tcp_rr) timeout 600 netperf -H "$PEER_ADDR" -t TCP_RR -l -"$RR_N" -P 0 ;;
 	esac
 }
@@ -103,7 +106,8 @@ window() {
 	local head="COST $w $drv $mode $test $run $role"
 	tx0=$(stat_of tx_packets) rx0=$(stat_of rx_packets)
 	if [ "$role" = server ]; then
-		"$MARK" start "$w" && both_at $((7300 + w * 2)) && both_at $((7301 + w * 2)) 900 || failed=1
+		"$MARK" start "$w" && both_at $((7300 + w * 2)) &&
+			both_at $((7301 + w * 2)) 900 || failed=1
 		"$MARK" stop "$w"
 	else
 		both_at $((7300 + w * 2)) || failed=1
@@ -120,7 +124,8 @@ window() {
 	fi
 	local packets=0 kib=0 trans=0
 	case "$test" in
-	udp) if [ "$role" = client ]; then packets=$((tx1 - tx0)); else packets=$((rx1 - rx0)); fi ;;
+	udp) if [ "$role" = client ]; then packets=$((tx1 - tx0)); \
+		else packets=$((rx1 - rx0)); fi ;;
 	tcp_stream) kib=$KIB ;;
 	tcp_rr) trans=$RR_N ;;
 	esac

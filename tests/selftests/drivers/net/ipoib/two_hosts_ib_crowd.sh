@@ -6,18 +6,18 @@
 # C holding the destinations). Run on both hosts with IPOIB_ROLE, IPOIB_LOCAL_IP and
 # IPOIB_PEER_IP set.
 #
-# Each driver starts ib0 and a child (create_child) in its own first mode: ours connected,
-# C datagram (the README's table of differences). The client, its paths forgotten (ib0 down and up), sends one datagram to each of 2000
-# made-up hosts of 10.77.0.0/16 (permanent neighbours whose GIDs no port has), in one burst:
-# each destination waits for its own path query, which the subnet administrator fails, and
-# its datagram is then dropped, counted as dropped (tx_dropped: 2000 exactly, nothing in
-# tx_errors, as C counts them). Meanwhile
-# the server, its neighbours flushed, resolves the client's address by ARP, pings it and
-# opens a TCP connection to it: the client's answers wait for a path query of their own,
-# behind the 2000, and are never held back by them (as in C, packets wait per destination;
-# a shared pool of waiting packets would be full). Ours asks the SA once per destination
-# and once for the server, whose path went with the down (as C's): path_lookups 2001
-# exactly. Unload, clean log.
+# Each driver starts ib0 and a child (create_child) in its own first mode: ours connected, C
+# datagram (the README's table of differences). The client, its paths forgotten (ib0 down
+# and up), sends one datagram to each of 2000 made-up hosts of 10.77.0.0/16 (permanent
+# neighbours whose GIDs no port has), in one burst: each destination waits for its own path
+# query, which the subnet administrator fails, and its datagram is then dropped, counted as
+# dropped (tx_dropped: 2000 exactly, nothing in tx_errors, as C counts them). Meanwhile the
+# server, its neighbours flushed, resolves the client's address by ARP, pings it and opens a
+# TCP connection to it: the client's answers wait for a path query of their own, behind the
+# 2000, and are never held back by them (as in C, packets wait per destination; a shared
+# pool of waiting packets would be full). Ours asks the SA once per destination and once for
+# the server, whose path went with the down (as C's): path_lookups 2001 exactly. Unload,
+# clean log.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
@@ -63,7 +63,10 @@ round() {
 		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
 			wait_for $((60 * SLOW)) eval 'ip link show ib0 | grep -q LOWER_UP'
 	}
-	ipoib_check "$who: ib0 and a child start in $([ "$drv" = rust ] && echo connected || echo datagram) mode; ib0 up in datagram mode, carrier" up
+	local desc="$who: ib0 and a child start in"
+	desc+=" $([ "$drv" = rust ] && echo connected || echo datagram) mode;"
+	desc+=" ib0 up in datagram mode, carrier"
+	ipoib_check "$desc" up
 	both_at $((base + 1))
 
 	if [ "$role" = server ]; then
@@ -85,39 +88,48 @@ round() {
 			wait_for $((30 * SLOW)) eval "echo hello >/dev/tcp/$ib_peer/$TCP_PORT" ||
 				{ echo "no TCP connection"; return 1; }
 		}
-		ipoib_check "$who: the peer ($peer_drv) resolved and reached over TCP while $DESTS of its destinations wait" reach
+		local desc="$who: the peer ($peer_drv) resolved and reached over TCP while"
+		desc+=" $DESTS of its destinations wait"
+		ipoib_check "$desc" reach
 	else
 		crowd() {
-			local i lost0 dropped0 looked0 lost dropped looked wmem listener
+			local i lost0 dropped0 looked0 lost dropped looked wmem listener fmt
 			nc -l -p "$TCP_PORT" </dev/null >/tmp/tcp.out 2>&1 &
 			listener=$!
 			wait_for 10 tcp_listening "$TCP_PORT"
 			# The datagrams the stack can hold for them while they wait.
 			wmem=$(cat /proc/sys/net/core/wmem_default)
 			sysctl -qw net.core.wmem_default=$((DESTS * 4096))
-			# Once the server has pinged us: the paths forgotten (down and up, which also
-			# empties the neighbour table), so that the answers to it wait for a query of
-			# their own; then the made-up hosts.
+			# Once the server has pinged us: the paths forgotten (down and up, which
+			# also empties the neighbour table), so that the answers to it wait for a
+			# query of their own; then the made-up hosts.
 			both_at $((base + 2)) || return 1
 			ip link set ib0 down && ip link set ib0 up &&
-				wait_for $((60 * SLOW)) eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
+				wait_for $((60 * SLOW)) \
+					eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
 			ip addr add 10.77.0.1/16 dev ib0 || return 1
+			fmt='neigh replace %s dev ib0 nud permanent lladdr'
+			fmt+=' 00:00:00:48:fe:80:00:00:00:00:00:00:02:00:00:ff:fe:00:%02x:%02x\n'
 			for i in $(seq 0 $((DESTS - 1))); do
-				printf 'neigh replace %s dev ib0 nud permanent lladdr 00:00:00:48:fe:80:00:00:00:00:00:00:02:00:00:ff:fe:00:%02x:%02x\n' \
+				# shellcheck disable=SC2059 # the format is built above
+				printf "$fmt" \
 					"$(dest_ip "$i")" $((i / 256)) $((i % 256))
 			done >/tmp/crowd.neigh
 			ip -batch /tmp/crowd.neigh || return 1
 			[ "$(ip neigh show dev ib0 nud permanent | wc -l)" = "$DESTS" ] || {
-				echo "$(ip neigh show dev ib0 nud permanent | wc -l) neighbours made, not $DESTS"
+				echo "$(ip neigh show dev ib0 nud permanent | wc -l)" \
+					"neighbours made, not $DESTS"
 				return 1
 			}
 			dropped0=$(link_stat tx_dropped)
 			lost0=$((dropped0 + $(link_stat tx_errors)))
 			[ "$drv" = rust ] && looked0=$(ethtool_stat ib0 path_lookups)
 			both_at $((base + 3)) || return 1
-			./udp_burst "$UDP_PORT" $(for i in $(seq 0 $((DESTS - 1))); do dest_ip "$i"; done)
-			wait_for $((120 * SLOW)) eval \
-				'[ $(($(link_stat tx_dropped) + $(link_stat tx_errors) - lost0)) -ge $DESTS ]'
+			./udp_burst "$UDP_PORT" \
+				$(for i in $(seq 0 $((DESTS - 1))); do dest_ip "$i"; done)
+			# shellcheck disable=SC2016 # expanded by eval
+			wait_for $((120 * SLOW)) eval '[ $(($(link_stat tx_dropped) +' \
+				'$(link_stat tx_errors) - lost0)) -ge $DESTS ]'
 			wait_for $((30 * SLOW)) grep -q hello /tmp/tcp.out ||
 				echo "the server's TCP connection never came"
 			sleep 2
@@ -138,7 +150,9 @@ round() {
 			[ "$drv" = rust ] || return 0
 			[ "$looked" = $((DESTS + 1)) ]
 		}
-		ipoib_check "$who: $DESTS destinations waiting at once, each dropped once its path failed; the server's TCP connection accepted meanwhile" crowd
+		local desc="$who: $DESTS destinations waiting at once, each dropped once its path"
+		desc+=" failed; the server's TCP connection accepted meanwhile"
+		ipoib_check "$desc" crowd
 	fi
 
 	both_at $((base + 4)) 300

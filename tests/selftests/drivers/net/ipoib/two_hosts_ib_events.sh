@@ -49,7 +49,8 @@ round() {
 	ipoib_check "$who: ib0 up in connected mode, MTU 65520, carrier" up
 	both_at $((base + 1))
 	connected() {
-		wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer" || return 1
+		wait_for 60 ping -c 1 -W 1 "$ib_peer" &&
+			ping -c 2 -W 5 -s 60000 "$ib_peer" || return 1
 		# Both ends' connections up (the peer's pings too) before they are counted.
 		both_at $((base + 2)) || return 1
 		cc0=$(carrier_changes) qps0=$(rc_qpns)
@@ -84,10 +85,14 @@ round() {
 			wait "$receiver"
 			local rc=$?
 			cat /tmp/stream.out
-			echo "$during bytes of $((STREAM_MIB << 20)) had arrived when the new SM asked for reregistration"
-			[ "$rc" = 0 ] && [ "$during" -gt 0 ] && [ "$during" -lt $((STREAM_MIB << 20)) ]
+			echo "$during bytes of $((STREAM_MIB << 20)) had arrived when the" \
+				"new SM asked for reregistration"
+			[ "$rc" = 0 ] && [ "$during" -gt 0 ] &&
+				[ "$during" -lt $((STREAM_MIB << 20)) ]
 		}
-		ipoib_check "$who: $STREAM_MIB MiB over TCP from the peer ($( [ "$drv" = rust ] && echo c || echo rust)) intact across the SM restart" stream
+		local desc="$who: $STREAM_MIB MiB over TCP from the peer"
+		desc+=" ($( [ "$drv" = rust ] && echo c || echo rust)) intact across the SM restart"
+		ipoib_check "$desc" stream
 		flooded() {
 			wait "$flood"
 			cat /tmp/flood.out
@@ -95,7 +100,8 @@ round() {
 			awk '/packets transmitted/ { t = $1; r = $4 }
 				END { exit !(t > 0 && r * 10 >= t * 9) }' /tmp/flood.out
 		}
-		ipoib_check "$who: pings answered across the SM restart (at most a tenth lost)" flooded
+		ipoib_check "$who: pings answered across the SM restart (at most a tenth lost)" \
+			flooded
 	else
 		bulk_make "$STREAM_MIB"
 		local sum
@@ -129,18 +135,23 @@ round() {
 		echo "carrier_changes $cc0 -> $cc; RC queue pairs: $qps0 -> $qps"
 		[ "$cc" = "$cc0" ] && [ "$qps" = "$qps0" ]
 	}
-	ipoib_check "$who: the SM restart (client reregister) kept the carrier and the connections" unchanged
+	ipoib_check \
+		"$who: the SM restart (client reregister) kept the carrier and the connections" \
+		unchanged
 
 	both_at $((base + 6)) 300
 	is_up() { ip link show "$1" | grep -q "[<,]UP[,>]"; }
 	children_follow() {
 		ip link add link ib0 name ib0.8001 type ipoib pkey 0x8001 &&
-			ip link set ib0.8001 up && wait_for 60 eval 'ip link show ib0.8001 | grep -q LOWER_UP' ||
+			ip link set ib0.8001 up &&
+			wait_for 60 eval 'ip link show ib0.8001 | grep -q LOWER_UP' ||
 			return 1
 		ip link set ib0 down || return 1
-		is_up ib0.8001 && { echo "ib0.8001 still up with ib0 down"; ip link show ib0.8001; return 1; }
+		is_up ib0.8001 &&
+			{ echo "ib0.8001 still up with ib0 down"; ip link show ib0.8001; return 1; }
 		ip link set ib0 up || return 1
-		is_up ib0.8001 || { echo "ib0.8001 not up again with ib0"; ip link show ib0.8001; return 1; }
+		is_up ib0.8001 ||
+			{ echo "ib0.8001 not up again with ib0"; ip link show ib0.8001; return 1; }
 		wait_for 60 eval 'ip link show ib0.8001 | grep -q LOWER_UP' ||
 			{ echo "ib0.8001 without carrier"; return 1; }
 		ip link show ib0.8001

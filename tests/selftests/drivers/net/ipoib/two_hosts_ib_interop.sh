@@ -22,7 +22,7 @@
 # pings answered. C reloaded without connected mode (a datagram-only peer, ib_ipoib_ud.ko,
 # no RC flag in its address): ours at MTU 65520 learns path MTU 1020 from its own ICMP and
 # pings go as fragments. Four mode switches under a TCP stream on the round's client. 2 MiB
-# over TCP each way with every tenth message RNR NAKed by each host's rxe (test_rnr_every):
+# over TCP each way with every tenth message RNR NAKed by each host's rxe (fail_rxe_rnr):
 # neither side retries such a NAK on InfiniBand (RNR retry count 0), so the sending
 # connections fail and are made again (ours: at least two more made), the data arrives
 # intact, and the NAKs on the wire ask 0.64 ms from ours, 655 ms from C. Children on 0x8001
@@ -40,14 +40,14 @@ klog_mark
 ipoib_check "$role: fabric up: port ACTIVE under opensm" ib_fabric_up
 my_lid=$((0x$(ib_lid)))
 # The other LID the SA has paths to.
-peer_lid=$(saquery PR | sed -n 's/.*dlid\.*\([0-9]*\)$/\1/p' | sort -u | grep -vx "$my_lid" | head -n 1)
+peer_lid=$(saquery PR | sed -n 's/.*dlid\.*\([0-9]*\)$/\1/p' | sort -u |
+	grep -vx "$my_lid" | head -n 1)
 echo "# LIDs: ours $my_lid, the peer's $peer_lid"
 
 # The QPN (hex, 6 digits) of a 20-byte IPoIB hardware address.
 qpn_of() { echo "$1" | awk -F: '{ print $2 $3 $4 }'; }
 my_qpn() { qpn_of "$(cat /sys/class/net/ib0/address)"; }
 peer_qpn() { qpn_of "$(ip neigh show dev ib0 "$ib_peer" | awk '{ print $3 }')"; }
-RNR_EVERY=/sys/module/rdma_rxe/parameters/test_rnr_every
 # capture SECONDS FILE: ib_capture on eth0 in the background (CAPTURE_PID).
 capture() {
 	./ib_capture eth0 "$1" >"$2" 2>&1 &
@@ -71,10 +71,12 @@ round() {
 	klog_mark
 	load() {
 		# Ours without a shared receive queue in its second round (C always has one here).
-		if [ "$drv" = rust ]; then modprobe ib_ipoib cm_srq=$((n == 1)); else insmod "$C_IPOIB"; fi &&
+		if [ "$drv" = rust ]; then modprobe ib_ipoib cm_srq=$((n == 1)); \
+			else insmod "$C_IPOIB"; fi &&
 			wait_for 10 test -d /sys/class/net/ib0
 	}
 	up() {
+		local joined
 		load || return 1
 		echo datagram >/sys/class/net/ib0/mode
 		ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up &&
@@ -83,15 +85,18 @@ round() {
 		[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ] || return 1
 		[ "$drv" = c ] && return 0
 		# Ours says what the SA's broadcast group gave it.
+		joined="ib0: joined broadcast group ff12:401b:ffff:0:0:0:ffff:ffff"
+		joined+=" \(MLID 0xc[0-9a-f]{3}, Q_Key 0xb1b, MTU 1024\)"
 		klog_since | grep "joined broadcast group" &&
-			klog_since | grep -Eq "ib0: joined broadcast group ff12:401b:ffff:0:0:0:ffff:ffff \(MLID 0xc[0-9a-f]{3}, Q_Key 0xb1b, MTU 1024\)"
+			klog_since | grep -Eq "$joined"
 	}
 	ipoib_check "$who: ib0 up, carrier once the broadcast group is joined, MTU 1020 from it" up
 	both_at $((base + 1))
 	capture 15 /tmp/cap.dg
 	arp_ping() {
-		# Our own ARP request, the multicast datagram dg_wire looks for: without the flush,
-		# a peer that pinged first (its request maybe before our capture) leaves none to send.
+		# Our own ARP request, the multicast datagram dg_wire looks for: without the
+		# flush, a peer that pinged first (its request maybe before our capture) leaves
+		# none to send.
 		ip neigh flush dev ib0
 		wait_for 60 ping -c 1 -W 1 "$ib_peer" || return 1
 		ip neigh show dev ib0 "$ib_peer"
@@ -104,17 +109,20 @@ round() {
 	# first ARP request, to the broadcast group's MLID) with one; every one with the
 	# group's Q_Key and the default partition.
 	dg_wire() {
-		local out
+		local out ud
 		captured /tmp/cap.dg
 		out=$(cat /tmp/cap.dg)
-		echo "$out" | grep -q "^ud slid=$my_lid dlid=$peer_lid pkey=0xffff qkey=0x00000b1b grh=0 " &&
-			echo "$out" | grep -q "^ud slid=$peer_lid dlid=$my_lid pkey=0xffff qkey=0x00000b1b grh=0 " &&
+		ud="pkey=0xffff qkey=0x00000b1b grh=0 "
+		echo "$out" | grep -q "^ud slid=$my_lid dlid=$peer_lid $ud" &&
+			echo "$out" | grep -q "^ud slid=$peer_lid dlid=$my_lid $ud" &&
 			! echo "$out" | grep "^ud " | grep -v "pkey=0xffff qkey=0x00000b1b" &&
 			echo "$out" | awk '$1 == "ud" { split($3, d, "="); mc = d[2] >= 49152
 				if (mc) groups++; if (mc != ($6 == "grh=1")) bad++ }
 				END { exit !(groups > 0 && !bad) }'
 	}
-	ipoib_check "$who: on the wire: datagrams with Q_Key 0x0b1b and P_Key 0xffff, GRH only to groups" dg_wire
+	local desc="$who: on the wire:"
+	desc+=" datagrams with Q_Key 0x0b1b and P_Key 0xffff, GRH only to groups"
+	ipoib_check "$desc" dg_wire
 	[ "$drv" = rust ] && cat /sys/kernel/debug/ipoib/ib0_path
 	# netperf in datagram mode: the client streams to the server and exchanges requests. The
 	# server checks that the stream arrived: over 256 KiB in its 5 s, a floor the debug kernel
@@ -128,8 +136,10 @@ round() {
 		ipoib_check "$who: datagram mode: netperf served (over 256 KiB received)" \
 			eval '[ $(($(ethtool_stat ib0 rx_bytes) - rx0)) -gt 262144 ]'
 	else
+		# shellcheck disable=SC2016 # expanded by eval
 		ipoib_check "$who: datagram mode: netperf TCP_STREAM and TCP_RR move data" \
-			eval 'nonzero TCP_STREAM "" "ib interop $n datagram TCP_STREAM" && nonzero TCP_RR "" "ib interop $n datagram TCP_RR"'
+			eval 'nonzero TCP_STREAM "" "ib interop $n datagram TCP_STREAM" &&' \
+				'nonzero TCP_RR "" "ib interop $n datagram TCP_RR"'
 		both_at $((base + 17)) 300
 	fi
 
@@ -157,34 +167,45 @@ round() {
 	# REQ's SRQ bit saying whether its sender's receive side shares a queue (ours not in the
 	# second round, loaded with cm_srq=0).
 	cm_wire() {
-		local out mine theirs my_srq=1 their_srq=1
+		local out mine theirs my_srq=1 their_srq=1 req
 		captured /tmp/cap.cm
 		out=$(cat /tmp/cap.cm)
 		mine=$(my_qpn) theirs=$(peer_qpn)
 		if [ "$n" = 2 ]; then
 			if [ "$drv" = rust ]; then my_srq=0; else their_srq=0; fi
 		fi
-		echo "our UD QPN 0x$mine, the peer's 0x$theirs; SRQ bits expected: ours $my_srq, theirs $their_srq"
-		echo "$out" | grep -q "^REQ slid=$my_lid retry=0 rnr=0 qpn=0x$mine mtu=65524 srq=$my_srq " &&
-			echo "$out" | grep -q "^REQ slid=$peer_lid retry=0 rnr=0 qpn=0x$theirs mtu=65524 srq=$their_srq " &&
+		echo "our UD QPN 0x$mine, the peer's 0x$theirs; SRQ bits expected:" \
+			"ours $my_srq, theirs $their_srq"
+		req="^REQ slid=$peer_lid retry=0 rnr=0 qpn=0x$theirs mtu=65524 srq=$their_srq "
+		echo "$out" | grep -q \
+			"^REQ slid=$my_lid retry=0 rnr=0 qpn=0x$mine mtu=65524 srq=$my_srq " &&
+			echo "$out" | grep -q "$req" &&
 			echo "$out" | grep -q "^REP slid=$my_lid rnr=0 qpn=0x$mine mtu=65524 " &&
-			echo "$out" | grep -q "^REP slid=$peer_lid rnr=0 qpn=0x$theirs mtu=65524 " &&
+			echo "$out" | grep -q \
+				"^REP slid=$peer_lid rnr=0 qpn=0x$theirs mtu=65524 " &&
 			echo "$out" | grep -q "^rc slid=$my_lid dlid=$peer_lid pkey=0xffff " &&
 			! echo "$out" | grep "^rc " | grep -v "pkey=0xffff"
 	}
-	ipoib_check "$who: on the wire: REQ and REP private data, retry counts 0, SRQ bits, RC P_Key 0xffff" cm_wire
+	local desc="$who: on the wire: REQ and REP private data,"
+	desc+=" retry counts 0, SRQ bits, RC P_Key 0xffff"
+	ipoib_check "$desc" cm_wire
 	conn_shown() {
+		local tx
 		if [ "$drv" = rust ]; then
 			cat /sys/kernel/debug/ipoib/ib0_cm
-			grep -q "^tx peer .*$(peer_qpn | sed 's/../&:/g').* state Live .* mtu 65520 " \
+			tx="^tx peer .*$(peer_qpn | sed 's/../&:/g').* state Live .* mtu 65520 "
+			grep -q "$tx" \
 				/sys/kernel/debug/ipoib/ib0_cm &&
-				grep -q "^rx .*peer-ud-qpn 0x$(peer_qpn) state live" /sys/kernel/debug/ipoib/ib0_cm
+				grep -q "^rx .*peer-ud-qpn 0x$(peer_qpn) state live" \
+					/sys/kernel/debug/ipoib/ib0_cm
 		else
 			cat /sys/kernel/debug/ipoib/ib0_path
-			grep -q "DLID:     0x$(printf %04x "$peer_lid")" /sys/kernel/debug/ipoib/ib0_path
+			grep -q "DLID:     0x$(printf %04x "$peer_lid")" \
+				/sys/kernel/debug/ipoib/ib0_path
 		fi
 	}
-	ipoib_check "$who: debugfs shows the connection (ours: ib0_cm; C: the path in ib0_path)" conn_shown
+	ipoib_check "$who: debugfs shows the connection (ours: ib0_cm; C: the path in ib0_path)" \
+		conn_shown
 	nd_ping() {
 		local peer6=2001:db8:1b::${ib_peer##*.}
 		ip -6 addr add "2001:db8:1b::${ib_local##*.}/64" dev ib0 nodad || return 1
@@ -202,8 +223,12 @@ round() {
 		ipoib_check "$who: connected mode: netperf served (over 256 KiB received)" \
 			eval '[ $(($(ethtool_stat ib0 rx_bytes) - rx1)) -gt 262144 ]'
 	else
-		ipoib_check "$who: connected mode: netperf TCP_STREAM and TCP_RR to the $([ "$drv" = c ] && echo rust || echo c) server move data" \
-			eval 'nonzero TCP_STREAM "-m 65536" "ib interop $n TCP_STREAM" && nonzero TCP_RR "" "ib interop $n TCP_RR"'
+		local desc="$who: connected mode: netperf TCP_STREAM and TCP_RR to the"
+		desc+=" $([ "$drv" = c ] && echo rust || echo c) server move data"
+		# shellcheck disable=SC2016 # expanded by eval
+		ipoib_check "$desc" \
+			eval 'nonzero TCP_STREAM "-m 65536" "ib interop $n TCP_STREAM" &&' \
+				'nonzero TCP_RR "" "ib interop $n TCP_RR"'
 		both_at $((base + 5)) 300
 	fi
 
@@ -212,12 +237,17 @@ round() {
 	both_at $((base + 6))
 	if [ "$drv" = c ]; then
 		ipoib_check "$who: back to datagram mode, MTU 1020" \
-			eval 'echo datagram >/sys/class/net/ib0/mode && [ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]'
+			eval 'echo datagram >/sys/class/net/ib0/mode &&' \
+				'[ "$(cat /sys/class/net/ib0/mtu)" = 1020 ]'
 		both_at $((base + 7))
 	else
 		both_at $((base + 7))
-		ipoib_check "$who: connected toward a peer back in datagram mode: 3000-byte pings answered" \
-			eval 'wait_for 20 ping -c 1 -W 2 -s 3000 "$ib_peer" && ping -c 3 -W 2 -s 3000 "$ib_peer"'
+		local desc="$who: connected toward a peer back in datagram"
+		desc+=" mode: 3000-byte pings answered"
+		# shellcheck disable=SC2016 # expanded by eval
+		ipoib_check "$desc" \
+			eval 'wait_for 20 ping -c 1 -W 2 -s 3000 "$ib_peer" &&' \
+				'ping -c 3 -W 2 -s 3000 "$ib_peer"'
 	fi
 	# A datagram-only peer: the C driver built without connected mode (no RC flag in its
 	# address). Ours, connected at MTU 65520, tells the stack the path MTU.
@@ -231,7 +261,8 @@ round() {
 			cat /sys/class/net/ib0/address
 			grep -q "^00:" /sys/class/net/ib0/address
 		}
-		ipoib_check "$who: reloaded without connected mode: its address has no RC flag" ud_only
+		ipoib_check "$who: reloaded without connected mode: its address has no RC flag" \
+			ud_only
 		both_at $((base + 14))
 		both_at $((base + 15))
 		cm_back() {
@@ -256,10 +287,13 @@ round() {
 			echo "IPv4 fragments made: $before -> $after"
 			[ "$after" -gt "$before" ] && ip route get "$ib_peer" | grep -q "mtu 1020"
 		}
-		ipoib_check "$who: connected toward a datagram-only peer: path MTU 1020 learnt, pings go" pmtu
+		local desc="$who: connected toward a datagram-only peer:"
+		desc+=" path MTU 1020 learnt, pings go"
+		ipoib_check "$desc" pmtu
 		both_at $((base + 15))
 		ipoib_check "$who: the peer back with connected mode: reachable" \
-			eval 'ip neigh flush dev ib0; ip route flush cache; wait_for 60 ping -c 1 -W 1 "$ib_peer"'
+			eval 'ip neigh flush dev ib0; ip route flush cache;' \
+				'wait_for 60 ping -c 1 -W 1 "$ib_peer"'
 	fi
 
 	# Mode switches under a TCP stream, on this round's client.
@@ -282,12 +316,14 @@ round() {
 			cat "$log"
 			awk -F, 'NF == 1 && $1 + 0 > 0 { ok = 1 } END { exit !ok }' "$log"
 		}
-		ipoib_check "$who: four mode switches under a TCP stream; it finishes with data moved" switches
+		ipoib_check \
+			"$who: four mode switches under a TCP stream; it finishes with data moved" \
+			switches
 		both_at $((base + 9)) 300
 	fi
 
 	# Receive buffers running out under a stream, both ways: each host's rxe answers every
-	# tenth message "not ready" (its test_rnr_every). On InfiniBand neither side retries such
+	# tenth message "not ready" (its fail_rxe_rnr). On InfiniBand neither side retries such
 	# a NAK (RNR retry 0, as C asks and ours echoes): the sending connection fails, is made
 	# again, and TCP sends again. Ours asks a wait of 0.64 ms (code 12) in its NAKs, C the
 	# CM's default, 655 ms (code 0).
@@ -298,29 +334,33 @@ round() {
 		echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || return 1
 		made0=$(ethtool_stat ib0 cm_tx_established)
 		capture 300 /tmp/cap.rnr
-		echo 10 >"$RNR_EVERY" || return 1
+		rnr_every 10 || return 1
 		both_at $((base + 19))
 		if [ "$role" = server ]; then
-			bulk_receive $((7300 + n * 2)) && bulk_send "$ib_peer" $((7301 + n * 2)) 2 || ok=0
+			bulk_receive $((7300 + n * 2)) &&
+				bulk_send "$ib_peer" $((7301 + n * 2)) 2 || ok=0
 		else
-			bulk_send "$ib_peer" $((7300 + n * 2)) 2 && bulk_receive $((7301 + n * 2)) || ok=0
+			bulk_send "$ib_peer" $((7300 + n * 2)) 2 &&
+				bulk_receive $((7301 + n * 2)) || ok=0
 		fi
-		echo 0 >"$RNR_EVERY"
+		rnr_every 0
 		kill "$CAPTURE_PID"
 		# Waited for here, not in a pipeline's subshell: it prints as it stops.
 		captured /tmp/cap.rnr >/dev/null
 		grep "^rnr-nak" /tmp/cap.rnr
 		[ "$ok" = 1 ] && grep -q "^rnr-nak slid=$my_lid timer=$timer " /tmp/cap.rnr &&
-			! grep "^rnr-nak slid=$my_lid " /tmp/cap.rnr | grep -qv " timer=$timer " || return 1
+			! grep "^rnr-nak slid=$my_lid " /tmp/cap.rnr |
+				grep -qv " timer=$timer " || return 1
 		[ "$drv" = c ] && return 0
 		# Ours: its sends the peer refused failed their connection, which was made again.
 		echo "transmit connections made: $made0 -> $(ethtool_stat ib0 cm_tx_established)," \
 			"tx_errors $(ethtool_stat ib0 tx_errors)"
 		[ "$(ethtool_stat ib0 cm_tx_established)" -ge $((made0 + 2)) ]
 	}
-	ipoib_check "$who: 2 MiB each way over TCP, every tenth message RNR NAKed: connections remade, data intact, NAKs ask $([ "$drv" = c ] && echo 655 || echo 0.64) ms" \
-		rnr_streams
-	echo 0 >"$RNR_EVERY"
+	local desc="$who: 2 MiB each way over TCP, every tenth message RNR NAKed: connections"
+	desc+=" remade, data intact, NAKs ask $([ "$drv" = c ] && echo 655 || echo 0.64) ms"
+	ipoib_check "$desc" rnr_streams
+	rnr_every 0
 
 	# A child on 0x8001 on both sides.
 	both_at $((base + 10))

@@ -66,7 +66,8 @@ settles() {
 	frags=$(frag_creates)
 	ping -c 2 -W 5 -s $((want - 28)) "$ib_peer" || return 1
 	sleep 2
-	[ "$(frag_creates)" = "$frags" ] || { echo "$(($(frag_creates) - frags)) fragments made"; return 1; }
+	[ "$(frag_creates)" = "$frags" ] ||
+		{ echo "$(($(frag_creates) - frags)) fragments made"; return 1; }
 }
 
 round() {
@@ -93,7 +94,8 @@ round() {
 	module_loaded || load_driver "$drv"
 	up() {
 		echo datagram >/sys/class/net/ib0/mode && ip addr add "$ib_local/24" dev ib0 &&
-			ip link set ib0 up && wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP' &&
+			ip link set ib0 up &&
+			wait_for 60 eval 'ip link show ib0 | grep -q LOWER_UP' &&
 			wait_for 30 mtu_is 1020 || { ip link show ib0; return 1; }
 	}
 	ipoib_check "$who: datagram mode, carrier, MTU 1020 (the broadcast group's IB MTU 1024)" up
@@ -104,11 +106,13 @@ round() {
 	ipoib_check "$who: MTU 4092 accepted, run at 1020 while the group carries no more" above
 	both_at $((base + 1))
 	sm_restart $((base + 2)) 5
-	ipoib_check "$who: the group at IB MTU 4096: MTU 4092 as asked, 4092-byte pings cross whole" \
+	ipoib_check \
+		"$who: the group at IB MTU 4096: MTU 4092 as asked, 4092-byte pings cross whole" \
 		settles 4092 $((base + 3))
 	both_at $((base + 4))
 	sm_restart $((base + 5)) 3
-	ipoib_check "$who: the group back at IB MTU 1024: MTU 1020 again, 1020-byte pings cross whole" \
+	ipoib_check \
+		"$who: the group back at IB MTU 1024: MTU 1020 again, 1020-byte pings cross whole" \
 		settles 1020 $((base + 6))
 	both_at $((base + 7)) 300
 	done_ok() {

@@ -61,14 +61,17 @@ round() {
 	up() {
 		load_driver "$drv" && echo datagram >/sys/class/net/ib0/mode || return 1
 		if [ "$role" = client ]; then
-			ip addr add "$ib_local/24" dev ib0 && ip addr add "$CHILD_NET.2/24" dev ib0 || return 1
+			ip addr add "$ib_local/24" dev ib0 &&
+				ip addr add "$CHILD_NET.2/24" dev ib0 || return 1
 		fi
 		ip link set ib0 up && wait_for 60 carrier ib0
 	}
 	ipoib_check "$who: ib0 up in datagram mode, carrier" up
 	if [ "$role" = server ]; then
 		on_ib0() { bond_over ib0 "$ib_local" && listens "$ib_local" $((base + 1)); }
-		ipoib_check "$who: an rping server on a bond over ib0 ($ib_local) served a connection" on_ib0
+		ipoib_check \
+			"$who: an rping server on a bond over ib0 ($ib_local) served a connection" \
+			on_ib0
 		both_at $((base + 2))
 		ip link del cmbond
 		on_child() {
@@ -76,22 +79,26 @@ round() {
 				ip link add link ib0 name ib0.1 type ipoib || return 1
 			bond_over ib0.1 "$CHILD_NET.1" && listens "$CHILD_NET.1" $((base + 3))
 		}
-		ipoib_check "$who: an rping server on a bond over ib0.1, a child in ib0's partition ($CHILD_NET.1), served a connection" \
-			on_child
+		local desc="$who: an rping server on a bond over ib0.1,"
+		desc+=" a child in ib0's partition ($CHILD_NET.1), served a connection"
+		ipoib_check "$desc" on_child
 		both_at $((base + 4))
 		ip link del cmbond
 		ip link del ib0.1
 	else
-		ipoib_check "$who: rping to the address of a bond over the server's ib0 ($ib_peer) connects and exchanges data" \
-			connects "$ib_peer" $((base + 1))
+		local desc="$who: rping to the address of a bond over the server's ib0"
+		desc+=" ($ib_peer) connects and exchanges data"
+		ipoib_check "$desc" connects "$ib_peer" $((base + 1))
 		both_at $((base + 2))
-		ipoib_check "$who: rping to the address of a bond over a child of the server's ib0 ($CHILD_NET.1) connects and exchanges data" \
-			connects "$CHILD_NET.1" $((base + 3))
+		local desc="$who: rping to the address of a bond over a child of the server's ib0"
+		desc+=" ($CHILD_NET.1) connects and exchanges data"
+		ipoib_check "$desc" connects "$CHILD_NET.1" $((base + 3))
 		both_at $((base + 4))
 	fi
 	both_at $((base + 5))
 	done_ok() {
-		ip link set ib0 down && rmmod "$MODULE" && ! test -d /sys/class/net/ib0 && klog_clean_since
+		ip link set ib0 down && rmmod "$MODULE" && ! test -d /sys/class/net/ib0 &&
+			klog_clean_since
 	}
 	ipoib_check "$who: driver unloaded, kernel log clean" done_ok
 }

@@ -71,8 +71,10 @@ sm_up() {
 }
 ipoib_check "$role: opensm started: carrier once the broadcast group is joined, MTU 1020" sm_up
 both_at 7202
+# shellcheck disable=SC2016 # expanded by eval
 ipoib_check "$role: ARP, ping, full-MTU and fragmented pings" \
-	eval 'wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 2 -s 992 "$ib_peer" && ping -c 2 -W 2 -s 3000 "$ib_peer"'
+	eval 'wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 2 -s 992 "$ib_peer" &&' \
+		'ping -c 2 -W 2 -s 3000 "$ib_peer"'
 
 # --- A destination the SA has no path to: the query fails, its packets are dropped.
 path_to_nobody() {
@@ -87,7 +89,9 @@ path_to_nobody() {
 	ip neigh del 198.51.100.9 dev ib0
 	[ "$after" -gt "$before" ]
 }
-ipoib_check "$role: a GID without a path: the SA's answer counted as a path failure, packets dropped" path_to_nobody
+ipoib_check \
+	"$role: a GID without a path: the SA's answer counted as a path failure, packets dropped" \
+	path_to_nobody
 
 # --- Connected mode.
 both_at 7203
@@ -95,7 +99,8 @@ cm() {
 	echo connected >/sys/class/net/ib0/mode && ifconfig ib0 mtu 65520 || return 1
 	both_at 7204
 	wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer" && ping -c 3 -W 5 -s 60000 "$ib_peer" &&
-		cat /sys/kernel/debug/ipoib/ib0_cm && grep -q "state Live" /sys/kernel/debug/ipoib/ib0_cm
+		cat /sys/kernel/debug/ipoib/ib0_cm &&
+		grep -q "state Live" /sys/kernel/debug/ipoib/ib0_cm
 }
 ipoib_check "$role: connected mode at MTU 65520: 60000-byte pings over a connection" cm
 nd_ping() {
@@ -112,7 +117,8 @@ if [ "$role" = server ]; then
 else
 	stream() {
 		local line
-		line=$(netperf_run "$ib_peer" TCP_STREAM "-m 65536" "ib rust TCP_STREAM") || { echo "$line"; return 1; }
+		line=$(netperf_run "$ib_peer" TCP_STREAM "-m 65536" "ib rust TCP_STREAM") ||
+			{ echo "$line"; return 1; }
 		echo "$line"
 		echo "$line" | awk '{ exit !($(NF - 1) > 0) }'
 	}
@@ -122,7 +128,8 @@ else
 	# entry): the REP must echo it, as C's does.
 	rnr_echo() {
 		local hw results
-		hw=$(ip neigh show dev ib0 "$ib_peer" | sed -n 's/.* lladdr \([0-9a-f:]*\).*/\1/p' | tr -d :)
+		hw=$(ip neigh show dev ib0 "$ib_peer" |
+			sed -n 's/.* lladdr \([0-9a-f:]*\).*/\1/p' | tr -d :)
 		[ ${#hw} = 40 ] || { echo "no neighbour entry for $ib_peer: $hw"; return 1; }
 		klog_mark
 		modprobe rdma_rs_selftest ipoib_qpn=$((0x${hw:2:6})) \
@@ -148,7 +155,8 @@ if [ "$role" = server ]; then
 else
 	both_at 7208
 	sleep 2
-	ipoib_check "$role: rping to the server's ib0 address ($ib_peer) connects and exchanges data" \
+	ipoib_check \
+		"$role: rping to the server's ib0 address ($ib_peer) connects and exchanges data" \
 		rping_client "$ib_peer"
 fi
 
@@ -166,7 +174,8 @@ umcast() {
 	./mcast_udp recv ib0 239.1.2.3 5123 6 1 >/dev/null &
 	local rx=$!
 	sleep 5
-	grep -q "GID: $group\$" /sys/kernel/debug/ipoib/ib0_mcg && { echo "joined despite umcast"; return 1; }
+	grep -q "GID: $group\$" /sys/kernel/debug/ipoib/ib0_mcg &&
+		{ echo "joined despite umcast"; return 1; }
 	wait "$rx"
 	echo 0 >/sys/class/net/ib0/umcast || return 1
 	./mcast_udp recv ib0 239.1.2.3 5123 6 1 >/dev/null &
@@ -179,7 +188,8 @@ umcast() {
 	cat /tmp/mckey.out
 	return $joined
 }
-ipoib_check "$role: umcast 1: a group user space joined (mckey) is left to it; umcast 0: joined" umcast
+ipoib_check "$role: umcast 1: a group user space joined (mckey) is left to it; umcast 0: joined" \
+	umcast
 
 # --- Children: 0x8001 is in opensm's partitions; 0x8002 only once the SM adds it.
 both_at 7209
@@ -192,9 +202,11 @@ children() {
 		ip link set ib0.8001 up && ip link set ib0.8002 up || return 1
 	wait_for 60 carrier ib0.8001 && sleep 3 && ! carrier ib0.8002
 }
-ipoib_check "$role: children: ib0.8001 gets carrier, ib0.8002 (P_Key not in the table) none" children
-ipoib_check "$role: ib0 linked to the adapter as C links it (sysfs, bus-info, dev_port), ib0.8001 to nothing" \
-	adapter_links ib0.8001
+ipoib_check "$role: children: ib0.8001 gets carrier, ib0.8002 (P_Key not in the table) none" \
+	children
+desc="$role: ib0 linked to the adapter as C links it (sysfs, bus-info,"
+desc+=" dev_port), ib0.8001 to nothing"
+ipoib_check "$desc" adapter_links ib0.8001
 both_at 7210
 ipoib_check "$role: the children on 0x8001 ping each other" \
 	wait_for 60 ping -c 1 -W 1 "198.51.101.${ib_peer##*.}"
@@ -205,13 +217,16 @@ if [ "$role" = server ]; then
 	kill -HUP $(pidof opensm)
 fi
 later_pkey() {
-	wait_for 90 carrier ib0.8002 || { cat /sys/class/infiniband/$IB_DEV/ports/1/pkeys/[0-3]; return 1; }
+	wait_for 90 carrier ib0.8002 ||
+		{ cat /sys/class/infiniband/$IB_DEV/ports/1/pkeys/[0-3]; return 1; }
 	klog_since | grep "ib0.8002: P_Key 0x8002 now at index" || return 1
 	wait_for 10 eval '[ "$(cat /sys/class/net/ib0.8002/mtu)" = 508 ]'
 	echo "ib0.8002 MTU $(cat /sys/class/net/ib0.8002/mtu)"
 	[ "$(cat /sys/class/net/ib0.8002/mtu)" = 508 ]
 }
-ipoib_check "$role: 0x8002 added by the SM: ib0.8002 gets carrier without being re-created, MTU 508 from its group" later_pkey
+desc="$role: 0x8002 added by the SM: ib0.8002 gets carrier without being"
+desc+=" re-created, MTU 508 from its group"
+ipoib_check "$desc" later_pkey
 both_at 7212
 ipoib_check "$role: the children on 0x8002 ping each other" \
 	wait_for 60 ping -c 1 -W 1 "198.51.102.${ib_peer##*.}"
@@ -233,7 +248,8 @@ if [ "$role" = client ]; then
 			g != "" && /^  send_only: +no$/ { print g }'
 	}
 	bond_partitions() {
-		local group=ff12:401b:8001:0:0:0:f01:203 s pid fails dbg=/sys/module/ib_ipoib/parameters/mcast_debug_level
+		local group=ff12:401b:8001:0:0:0:f01:203 s pid fails \
+			dbg=/sys/module/ib_ipoib/parameters/mcast_debug_level
 		# A new bond has Ethernet's MTU, which it sets on its slaves: 0x8002's first. The
 		# first slave becomes the active one.
 		ip link add ibbond type bond mode active-backup miimon 100 fail_over_mac active &&
@@ -242,7 +258,8 @@ if [ "$role" = client ]; then
 			ip link set "$s" down && ip link set "$s" master ibbond || return 1
 		done
 		ip addr add 198.51.103.2/24 dev ibbond && ip link set ibbond up || return 1
-		wait_for 30 eval '[ "$(cat /sys/class/net/ibbond/bonding/active_slave)" = ib0.8001 ]' ||
+		wait_for 30 eval \
+			'[ "$(cat /sys/class/net/ibbond/bonding/active_slave)" = ib0.8001 ]' ||
 			return 1
 		./mcast_udp join ibbond 239.1.2.3 1 120 >/tmp/bond-join.out &
 		pid=$!
@@ -275,13 +292,16 @@ if [ "$role" = client ]; then
 		mcg_of ib0.8002 | grep "^GID\|send_only"
 		echo "ib0.8002's joins:"
 		klog_since | grep "ib0\.8002: join"
-		echo "ib0.8002 mcast_join_failures $fails -> $(stat_of_dev ib0.8002 mcast_join_failures)"
+		echo "ib0.8002 mcast_join_failures $fails ->" \
+			"$(stat_of_dev ib0.8002 mcast_join_failures)"
 		kill "$pid"
 		wait "$pid" 2>/dev/null
 		[ "$joined_none" = 0 ]
 	}
 	stat_of_dev() { ethtool_stat "$1" "$2"; }
-	ipoib_check "$role: a bond over ib0.8001 and ib0.8002: the active slave joins a group of its partition; ib0.8002, made active, joins none of 0x8001's" bond_partitions
+	desc="$role: a bond over ib0.8001 and ib0.8002: the active slave joins a group of its"
+	desc+=" partition; ib0.8002, made active, joins none of 0x8001's"
+	ipoib_check "$desc" bond_partitions
 	# The children back as they were (a released slave is left down).
 	ip link del ibbond 2>/dev/null
 	for s in ib0.8001 ib0.8002; do
@@ -301,10 +321,13 @@ rereg() {
 	wait_for 60 eval 'klog_since | grep -q "joined broadcast group ff12:401b:ffff:"' &&
 		wait_for 60 carrier
 }
-ipoib_check "$role: opensm restarted: reregistration, the broadcast group joined again, carrier" rereg
+ipoib_check "$role: opensm restarted: reregistration, the broadcast group joined again, carrier" \
+	rereg
 both_at 7214
+# shellcheck disable=SC2016 # expanded by eval
 ipoib_check "$role: traffic resumes without reloading (ARP again, a big ping over a connection)" \
-	eval 'ip neigh flush dev ib0; wait_for 60 ping -c 1 -W 1 "$ib_peer" && ping -c 2 -W 5 -s 60000 "$ib_peer"'
+	eval 'ip neigh flush dev ib0; wait_for 60 ping -c 1 -W 1 "$ib_peer" &&' \
+		'ping -c 2 -W 5 -s 60000 "$ib_peer"'
 
 # --- opensm restarted with other LIDs (LMC 1 and reassigned): paths follow.
 # peer_dlids: the DLIDs of our paths, as debugfs lists them (the peer's, after the pings):
@@ -325,11 +348,13 @@ if [ "$role" = server ]; then
 	opensm_start -r -l 1
 fi
 new_lids() {
-	wait_for 90 eval '[ "$(ib_lid)" != "$old_lid" ]' || { echo "LID still 0x$old_lid"; return 1; }
+	wait_for 90 eval '[ "$(ib_lid)" != "$old_lid" ]' ||
+		{ echo "LID still 0x$old_lid"; return 1; }
 	echo "LID 0x$old_lid -> 0x$(ib_lid)"
 	wait_for 90 eval 'klog_since | grep -q "LID changed"' && wait_for 60 carrier
 }
-ipoib_check "$role: opensm with LMC 1: this port's LID changed, the event seen, carrier back" new_lids
+ipoib_check "$role: opensm with LMC 1: this port's LID changed, the event seen, carrier back" \
+	new_lids
 both_at 7216
 resumed() {
 	ip neigh flush dev ib0
@@ -360,7 +385,8 @@ new_gid() {
 	echo "address $old_addr -> $(cat /sys/class/net/ib0/address)"
 	klog_since | grep "(the port's GID changed)" && wait_for 60 carrier
 }
-ipoib_check "$role: opensm with subnet prefix fec0::/64: the GID changes, ib0's address follows" new_gid
+ipoib_check "$role: opensm with subnet prefix fec0::/64: the GID changes, ib0's address follows" \
+	new_gid
 both_at 7221
 new_neigh() {
 	ip neigh flush dev ib0
@@ -373,7 +399,8 @@ ipoib_check "$role: traffic resumes; ARP gives the peer's address with its new G
 both_at 7217
 kill $(pidof netserver) 2>/dev/null
 ipoib_check "$role: children deleted, driver unloaded" \
-	eval 'ip link del ib0.8001 && ip link del ib0.8002 && rmmod ib_ipoib && ! test -d /sys/class/net/ib0'
+	eval 'ip link del ib0.8001 && ip link del ib0.8002 && rmmod ib_ipoib &&' \
+		'! test -d /sys/class/net/ib0'
 KLOG_MARK=$start_mark
 ipoib_check "$role: kernel log clean (the whole program)" klog_clean_since
 both_at 7218

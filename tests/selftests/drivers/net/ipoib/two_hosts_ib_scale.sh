@@ -9,10 +9,10 @@
 # The server joins 1000 IPv4 groups (all complete in ib0_mcg); the client sends 3 datagrams
 # to each (1000 send-only groups, each joined, no limit on their number), and the server
 # receives datagrams for every one of the 1000 groups (counted per group). With nothing sent
-# for two neighbour collection intervals (gc_interval 5 s, scaled by SLOW), the client's send-only groups
-# are left. The client sends to every group again and, right after, the server, its
-# neighbours flushed, resolves the client's address by ARP, pings it and opens a TCP
-# connection to it (packets held for groups being joined keep no other destination from
+# for two neighbour collection intervals (gc_interval 5 s, scaled by SLOW), the client's
+# send-only groups are left. The client sends to every group again and, right after, the
+# server, its neighbours flushed, resolves the client's address by ARP, pings it and opens a
+# TCP connection to it (packets held for groups being joined keep no other destination from
 # resolving); each group is joined anew and receives again. Unload, clean log.
 . "$(dirname "$0")/lib.sh"
 
@@ -102,14 +102,17 @@ round() {
 			both_at "$1" 600 || return 1
 			sleep 3
 			kill -USR1 "$counter"
-			wait_for 10 eval "[ \"\$(grep -c '^groups' /tmp/count.out)\" -ge $2 ]" || return 1
+			wait_for 10 eval "[ \"\$(grep -c '^groups' /tmp/count.out)\" -ge $2 ]" ||
+				return 1
 			line=$(grep "^groups" /tmp/count.out | tail -n 1)
 			echo "from the client ($peer_drv), sending $2: $line;" \
-				"$(($(snmp_stat Udp RcvbufErrors) - overflows)) dropped by the full socket so far"
+				"$(($(snmp_stat Udp RcvbufErrors) - overflows))" \
+				"dropped by the full socket so far"
 			[ "$(echo "$line" | awk '{ print $2 }')" = "$GROUPS_N" ]
 		}
-		ipoib_check "$who: every one of the $GROUPS_N groups received datagrams from the peer ($peer_drv) sending to them unjoined" \
-			received $((base + 3)) 1
+		local desc="$who: every one of the $GROUPS_N groups received datagrams from the"
+		desc+=" peer ($peer_drv) sending to them unjoined"
+		ipoib_check "$desc" received $((base + 3)) 1
 		# The second sending, after the client's send-only groups aged out; once it is
 		# over, while its packets may still wait for joins, the client's address is
 		# resolved again and a TCP connection made to it.
@@ -117,14 +120,18 @@ round() {
 		both_at $((base + 5)) 600
 		reach() {
 			ip neigh flush dev ib0
-			wait_for 30 ping -c 1 -W 1 "$ib_peer" || { echo "no answer to ARP and ping"; return 1; }
+			wait_for 30 ping -c 1 -W 1 "$ib_peer" ||
+				{ echo "no answer to ARP and ping"; return 1; }
 			ip neigh show dev ib0 "$ib_peer"
 			wait_for 30 eval "echo hello >/dev/tcp/$ib_peer/$TCP_PORT" ||
 				{ echo "no TCP connection"; return 1; }
 		}
-		ipoib_check "$who: the peer ($peer_drv) resolved and reached over TCP while it joins $GROUPS_N groups anew" reach
-		ipoib_check "$who: every group received again once the peer's ($peer_drv) send-only joins had aged out" \
-			received $((base + 6)) 2
+		local desc="$who: the peer ($peer_drv) resolved and reached over TCP while"
+		desc+=" it joins $GROUPS_N groups anew"
+		ipoib_check "$desc" reach
+		local desc="$who: every group received again once the peer's"
+		desc+=" ($peer_drv) send-only joins had aged out"
+		ipoib_check "$desc" received $((base + 6)) 2
 		kill "$counter" 2>/dev/null
 		wait "$counter" 2>/dev/null
 		# The groups left before the next round's driver joins its own.
@@ -135,11 +142,13 @@ round() {
 			./mcast_udp sendmany ib0 "$FIRST" "$GROUPS_N" "$MC_PORT" 3 2000 &&
 				mcg_reaches send_only_joined "$GROUPS_N" 120
 		}
-		ipoib_check "$who: 3 datagrams sent to each of $GROUPS_N groups not joined, each a send-only group" sent
+		local desc="$who: 3 datagrams sent to each of $GROUPS_N groups not"
+		desc+=" joined, each a send-only group"
+		ipoib_check "$desc" sent
 		both_at $((base + 3)) 600
 		aged() {
-			# Nothing sent to them for two collection intervals: their handles go, and with
-			# them the send-only joins.
+			# Nothing sent to them for two collection intervals: their handles go, and
+			# with them the send-only joins.
 			wait_for $((90 * SLOW)) eval '[ "$(groups_in_mcg send_only)" = 0 ]' || {
 				echo "send-only groups still in ib0_mcg: $(groups_in_mcg send_only)"
 				return 1
@@ -158,9 +167,12 @@ round() {
 				ip -s link show ib0
 				return 1
 			}
-			wait_for $((60 * SLOW)) grep -q hello /tmp/tcp.out || { echo "the server's TCP connection never came"; return 1; }
+			wait_for $((60 * SLOW)) grep -q hello /tmp/tcp.out ||
+				{ echo "the server's TCP connection never came"; return 1; }
 		}
-		ipoib_check "$who: each group joined anew; the server's TCP connection accepted meanwhile" rejoined
+		local desc="$who: each group joined anew;"
+		desc+=" the server's TCP connection accepted meanwhile"
+		ipoib_check "$desc" rejoined
 		kill "$listener" 2>/dev/null
 		wait "$listener" 2>/dev/null
 		both_at $((base + 6)) 600

@@ -44,13 +44,15 @@ if [ "$role" = server ]; then
 	datagram_only() {
 		local addr m=/sys/class/net/ib0/mode
 		addr=$(cat /sys/class/net/ib0/address)
-		echo "address $addr, mode $(cat $m), cm_enabled=$(cat /sys/module/$MODULE/parameters/cm_enabled)"
+		echo "address $addr, mode $(cat $m)," \
+			"cm_enabled=$(cat /sys/module/$MODULE/parameters/cm_enabled)"
 		[ "${addr:0:2}" = 00 ] && [ "$(cat $m)" = datagram ] &&
 			[ "$(cat /sys/module/$MODULE/parameters/cm_enabled)" = N ] &&
 			[ "$(cat /sys/class/net/ib0/mtu)" = 4092 ] &&
 			! echo connected >$m 2>/dev/null && ! ip link set ib0 mtu 4093 2>/dev/null
 	}
-	ipoib_check "$role: datagram only: flags 0x00, mode datagram, connected mode refused" datagram_only
+	ipoib_check "$role: datagram only: flags 0x00, mode datagram, connected mode refused" \
+		datagram_only
 	# A child asked for in connected mode is made, then refused its mode: deleted again.
 	child_refused() {
 		local out lines
@@ -58,9 +60,11 @@ if [ "$role" = server ]; then
 		out=$(ip link add link ib0 name ib0.k type ipoib mode connected 2>&1) && return 1
 		echo "mode connected: $out"
 		! ip link show ib0.k 2>/dev/null &&
-			[ "$(klog_since | grep -c "ib0.k: connected mode not supported")" = $((lines + 1)) ]
+			[ "$(klog_since | grep -c "ib0.k: connected mode not supported")" = \
+				$((lines + 1)) ]
 	}
-	ipoib_check "$role: ip link add ... type ipoib mode connected refused, the child not left behind" child_refused
+	desc="$role: ip link add ... type ipoib mode connected refused, the child not left behind"
+	ipoib_check "$desc" child_refused
 else
 	ipoib_check "$role: modprobe $MODULE" modprobe "$MODULE"
 	cm_65520() {
@@ -94,7 +98,8 @@ else
 		echo "$out" | grep -q "bytes from" && [ "$after" -gt "$before" ] &&
 			ip route get "$ib_peer" | grep -q "mtu 4092"
 	}
-	ipoib_check "$role: 6000-byte pings answered after the emulated ICMP set path MTU 4092" pmtu_learnt
+	ipoib_check "$role: 6000-byte pings answered after the emulated ICMP set path MTU 4092" \
+		pmtu_learnt
 	frag6_creates() { awk '$1 == "Ip6FragCreates" { print $2 }' /proc/net/snmp6; }
 	pmtu6_learnt() {
 		local before after out
@@ -108,7 +113,8 @@ else
 		echo "$out" | grep -q "bytes from" && [ "$after" -gt "$before" ] &&
 			ip -6 route get "$ib6_peer" | grep -q "mtu 4092"
 	}
-	ipoib_check "$role: IPv6: 6000-byte pings answered after the emulated ICMPv6 set path MTU 4092" pmtu6_learnt
+	desc="$role: IPv6: 6000-byte pings answered after the emulated ICMPv6 set path MTU 4092"
+	ipoib_check "$desc" pmtu6_learnt
 fi
 # TCP with MTU 65520 on one side: the MSS and path MTU fit the datagram peer.
 if [ "$role" = client ]; then
@@ -129,5 +135,6 @@ finish_together 180 || { ktap_print_msg "peer did not finish in time"; together=
 rmmod "$MODULE"
 ip link set eth0 mtu 1500
 KLOG_MARK=$start_mark
-ipoib_check "$role: both hosts done in time; unloaded, kernel log clean" eval '[ "$together" = 0 ] && ! module_loaded && klog_clean_since'
+ipoib_check "$role: both hosts done in time; unloaded, kernel log clean" \
+	eval '[ "$together" = 0 ] && ! module_loaded && klog_clean_since'
 ktap_finished

@@ -46,12 +46,15 @@ profile() {
 		netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
 		# ib_send_lat servers for the client's UD and RC runs, in turn.
 		ib_send_lat -d rxe0 -p "$LAT_PORT" -s 64 -n 1000 -c UD >/dev/null 2>&1 &&
-			ib_send_lat -d rxe0 -p "$LAT_PORT" -s 64 -n 1000 -c RC >/dev/null 2>&1 || return 1
+			ib_send_lat -d rxe0 -p "$LAT_PORT" -s 64 -n 1000 -c RC >/dev/null 2>&1 ||
+			return 1
 		for mode in datagram connected; do
 			if [ "$mode" = connected ]; then
-				echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || return 1
+				echo connected >/sys/class/net/ib0/mode &&
+					ip link set ib0 mtu 65520 || return 1
 			fi
-			tell_peer "$SYNC" && wait_peer "$SYNC" 300 || return 1 # the client starts TCP_RR
+			# the client starts TCP_RR
+			tell_peer "$SYNC" && wait_peer "$SYNC" 300 || return 1
 			perf_record "$mode" sleep $((SECS + 2)) || return 1
 		done
 		tell_peer "$SYNC"
@@ -62,19 +65,27 @@ profile() {
 		done
 		for mode in datagram connected; do
 			if [ "$mode" = connected ]; then
-				echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || return 1
+				echo connected >/sys/class/net/ib0/mode &&
+					ip link set ib0 mtu 65520 || return 1
 			fi
 			wait_peer "$SYNC" 300 && wait_for 60 ping -c 1 -W 2 "$ib_peer" || return 1
 			tell_peer "$SYNC" && sleep 1
-			local pkts0 pkts1
+			local pkts0 pkts1 rr prog
 			pkts0=$(rxe_pkts)
-			perf_record "$mode" bash -c "netperf_rr=\$(timeout 60 netperf -H $ib_peer -t TCP_RR -l $SECS -P 0 -- -o THROUGHPUT | tail -n 1); echo \"LAT ${mode}_tcp_rr \$netperf_rr trans/s\" >/tmp/rr.out" ||
+			rr="netperf_rr=\$(timeout 60 netperf -H $ib_peer -t TCP_RR -l $SECS -P 0"
+			rr+=" -- -o THROUGHPUT | tail -n 1);"
+			rr+=" echo \"LAT ${mode}_tcp_rr \$netperf_rr trans/s\" >/tmp/rr.out"
+			perf_record "$mode" bash -c "$rr" ||
 				return 1
 			pkts1=$(rxe_pkts)
 			cat /tmp/rr.out
-			# RoCE packets this host sent and received per transaction (the profile's own
-			# traffic is local).
-			awk -v p="$((pkts1 - pkts0))" -v m="$mode" -v s="$SECS" '{ if ($3 > 0) printf "LAT %s_rxe_packets_per_transaction %.2f packets\n", m, p / ($3 * s) }' /tmp/rr.out
+			# RoCE packets this host sent and received per transaction (the profile's
+			# own traffic is local).
+			# shellcheck disable=SC2016 # an awk program
+			prog='{ if ($3 > 0) printf "LAT %s_rxe_packets_per_transaction'
+			# shellcheck disable=SC2016 # an awk program
+			prog+=' %.2f packets\n", m, p / ($3 * s) }'
+			awk -v p="$((pkts1 - pkts0))" -v m="$mode" -v s="$SECS" "$prog" /tmp/rr.out
 		done
 		wait_peer "$SYNC" 300
 	fi
@@ -88,18 +99,23 @@ losses() {
 	local mtu c=/sys/class/infiniband/rxe0/ports/1/hw_counters r0 n0 v
 	for mtu in 1500 9000; do
 		module_loaded && rmmod "$MODULE"
-		ip link set eth0 mtu "$mtu" && wait_for 20 port_active rxe0 1 && modprobe "$MODULE" &&
-			ip addr add "$ib_local/24" dev ib0 && ip link set ib0 up && ip link set ib0 mtu 65520 &&
+		ip link set eth0 mtu "$mtu" && wait_for 20 port_active rxe0 1 &&
+			modprobe "$MODULE" && ip addr add "$ib_local/24" dev ib0 &&
+			ip link set ib0 up && ip link set ib0 mtu 65520 &&
 			wait_for 10 eval 'ip link show ib0 | grep -q LOWER_UP' || return 1
 		if [ "$role" = server ]; then
 			tell_peer "$SYNC" && wait_peer "$SYNC" 300 || return 1
 		else
-			wait_peer "$SYNC" 120 && wait_for 60 ping -c 1 -W 2 -s 60000 "$ib_peer" || return 1
+			wait_peer "$SYNC" 120 &&
+				wait_for 60 ping -c 1 -W 2 -s 60000 "$ib_peer" || return 1
 			r0=$(cat $c/completer_retry_err) n0=$(cat $c/rcvd_seq_err)
-			v=$(timeout 60 netperf -H "$ib_peer" -t UDP_STREAM -l "$SECS" -P 0 -- -m 60000 -o THROUGHPUT | tail -n 1)
+			v=$(timeout 60 netperf -H "$ib_peer" -t UDP_STREAM -l "$SECS" -P 0 \
+				-- -m 60000 -o THROUGHPUT | tail -n 1)
 			echo "LAT connected_udp_eth$mtu $v Mbit/s"
-			echo "LAT connected_rc_go_back_n_eth$mtu $(($(cat $c/completer_retry_err) - r0)) retries"
-			echo "LAT connected_rc_sequence_naks_eth$mtu $(($(cat $c/rcvd_seq_err) - n0)) NAKs"
+			echo "LAT connected_rc_go_back_n_eth$mtu" \
+				"$(($(cat $c/completer_retry_err) - r0)) retries"
+			echo "LAT connected_rc_sequence_naks_eth$mtu" \
+				"$(($(cat $c/rcvd_seq_err) - n0)) NAKs"
 			tell_peer "$SYNC" || return 1
 		fi
 	done

@@ -39,22 +39,31 @@ if [ "$role" = server ]; then
 	netserver </dev/null >/dev/null 2>&1 3>&- 4>&-
 	# The client switches modes, then cycles its module; the server serves throughout.
 	served() {
+		local prog
 		wait_peer "$SYNC" 3000 || return 1
-		echo "client done; ib0: $(ethtool -S ib0 | awk '$1 ~ /^(rx_packets|cm_rx_accepted|cm_rx_drained|rx_errors):$/ { printf "%s %s ", $1, $2 }')"
+		# shellcheck disable=SC2016 # an awk program
+		prog='$1 ~ /^(rx_packets|cm_rx_accepted|cm_rx_drained|rx_errors):$/'
+		# shellcheck disable=SC2016 # an awk program
+		prog+=' { printf "%s %s ", $1, $2 }'
+		echo "client done; ib0: $(ethtool -S ib0 | awk "$prog")"
 		# Every connection the client opened went with its module.
 		wait_for 30 eval '[ "$(ethtool_stat ib0 cm_rx_connections)" = 0 ]'
 	}
-	ipoib_check "$role: served $CYCLES mode switches, $READDS device re-adds and $CYCLES module reloads of the client" served
+	desc="$role: served $CYCLES mode switches,"
+	desc+=" $READDS device re-adds and $CYCLES module reloads of the client"
+	ipoib_check "$desc" served
 	ipoib_skip "$role: mode switched $CYCLES times under a TCP stream" "the client switches"
 	ipoib_skip "$role: Ethernet link flapped $FLAPS times under a TCP stream" "the client flaps"
-	ipoib_skip "$role: rxe device deleted and re-added $READDS times under streams" "the client does"
+	ipoib_skip "$role: rxe device deleted and re-added $READDS times under streams" \
+		"the client does"
 	wait_peer "$SYNC" 3000 || ktap_print_msg "the client did not report the end of its flaps"
 	kill $(pidof netserver) 2>/dev/null
 else
 	switches() {
 		local i pid ok=0
 		wait_for 60 ping -c 1 -W 2 "$ib_peer" || return 1
-		timeout 3000 netperf -H "$ib_peer" -t TCP_STREAM -l 3000 -P 0 -- -m 65536 >/tmp/stream.log 2>&1 &
+		timeout 3000 netperf -H "$ib_peer" -t TCP_STREAM -l 3000 -P 0 -- -m 65536 \
+			>/tmp/stream.log 2>&1 &
 		pid=$!
 		sleep 2
 		for i in $(seq "$CYCLES"); do
@@ -64,14 +73,18 @@ else
 		done
 		kill "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null
-		echo "$ok of $CYCLES switches both ways; ib0 tx_packets $(ethtool_stat ib0 tx_packets), tx_errors $(ethtool_stat ib0 tx_errors), connections made $(ethtool_stat ib0 cm_tx_established)"
+		echo "$ok of $CYCLES switches both ways;" \
+			"ib0 tx_packets $(ethtool_stat ib0 tx_packets)," \
+			"tx_errors $(ethtool_stat ib0 tx_errors)," \
+			"connections made $(ethtool_stat ib0 cm_tx_established)"
 		[ "$ok" = "$CYCLES" ] && wait_for 30 ping -c 1 -W 2 -s 60000 "$ib_peer"
 	}
 	ipoib_check "$role: mode switched $CYCLES times under a TCP stream" switches
 	readds() {
 		local i pid back=0
 		for i in $(seq "$READDS"); do
-			timeout 120 netperf -H "$ib_peer" -t TCP_STREAM -l 60 -P 0 -- -m 65536 >/dev/null 2>&1 &
+			timeout 120 netperf -H "$ib_peer" -t TCP_STREAM -l 60 -P 0 -- -m 65536 \
+				>/dev/null 2>&1 &
 			pid=$!
 			sleep 1
 			rdma link delete rxe0 && wait_for 10 eval '[ ! -e /sys/class/net/ib0 ]' ||
@@ -79,11 +92,13 @@ else
 			# The stream lost its interface: it would only stall until its time is up.
 			kill "$pid" 2>/dev/null
 			wait "$pid" 2>/dev/null
-			rxe_add rxe0 eth0 && wait_for 10 eval '[ -e /sys/class/net/ib0 ]' && ib0_up &&
-				wait_for 30 ping -c 1 -W 2 "$ib_peer" >/dev/null || { echo "ib0 not back at cycle $i"; return 1; }
+			rxe_add rxe0 eth0 && wait_for 10 eval '[ -e /sys/class/net/ib0 ]' &&
+				ib0_up && wait_for 30 ping -c 1 -W 2 "$ib_peer" >/dev/null ||
+				{ echo "ib0 not back at cycle $i"; return 1; }
 			back=$((back + 1))
 		done
-		echo "$back of $READDS delete/re-add cycles under a stream, ib0 back and answering each time"
+		echo "$back of $READDS delete/re-add cycles under a stream," \
+			"ib0 back and answering each time"
 		[ "$back" = "$READDS" ]
 	}
 	ipoib_check "$role: rxe device deleted and re-added $READDS times under streams" readds
@@ -92,7 +107,8 @@ else
 		for i in $(seq "$CYCLES"); do
 			pid=
 			if [ $((i % 2)) = 0 ]; then
-				timeout 60 netperf -H "$ib_peer" -t TCP_STREAM -l 30 -P 0 -- -m 65536 >/dev/null 2>&1 &
+				timeout 60 netperf -H "$ib_peer" -t TCP_STREAM -l 30 -P 0 \
+					-- -m 65536 >/dev/null 2>&1 &
 				pid=$!
 				sleep 1
 				under=$((under + 1))
@@ -104,7 +120,8 @@ else
 				wait "$pid" 2>/dev/null
 			fi
 			cm_up || { echo "reload failed at cycle $i"; return 1; }
-			wait_for 30 ping -c 1 -W 2 "$ib_peer" || { echo "no ping after reload $i"; return 1; }
+			wait_for 30 ping -c 1 -W 2 "$ib_peer" ||
+				{ echo "no ping after reload $i"; return 1; }
 			loaded=$((loaded + 1))
 		done
 		echo "$loaded reloads, $under of them under a TCP stream"
@@ -116,17 +133,22 @@ else
 	cm_up || echo "ib0 not up for the flaps"
 	flaps() {
 		local i pid back=0
-		timeout 3000 netperf -H "$ib_peer" -t TCP_STREAM -l 3000 -P 0 -- -m 65536 >/tmp/flaps.log 2>&1 &
+		timeout 3000 netperf -H "$ib_peer" -t TCP_STREAM -l 3000 -P 0 -- -m 65536 \
+			>/tmp/flaps.log 2>&1 &
 		pid=$!
 		sleep 2
 		for i in $(seq "$FLAPS"); do
 			ip link set eth0 down && sleep 0.3 && ip link set eth0 up &&
-				wait_for 20 eval 'ip link show ib0 | grep -q LOWER_UP' && back=$((back + 1))
+				wait_for 20 eval 'ip link show ib0 | grep -q LOWER_UP' &&
+				back=$((back + 1))
 			sleep 0.3
 		done
 		kill "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null
-		echo "$back of $FLAPS flaps with the carrier back; qp_recoveries $(ethtool_stat ib0 qp_recoveries), connections made $(ethtool_stat ib0 cm_tx_established), failed $(ethtool_stat ib0 cm_tx_failed)"
+		echo "$back of $FLAPS flaps with the carrier back;" \
+			"qp_recoveries $(ethtool_stat ib0 qp_recoveries)," \
+			"connections made $(ethtool_stat ib0 cm_tx_established)," \
+			"failed $(ethtool_stat ib0 cm_tx_failed)"
 		[ "$back" = "$FLAPS" ] || { flap_state; return 1; }
 		# rxe fails the IB CM's own queue pair (QP1) when one of its sends finds the link
 		# down, and only re-adding the device brings it back: until then no connection can
@@ -135,7 +157,8 @@ else
 		if rdma res show qp lqpn 1 | grep -q "state ERR"; then
 			echo "QP1 of rxe0 left in the error state by rxe: device re-added"
 			rdma link delete rxe0 && rxe_add rxe0 eth0 &&
-				wait_for 10 eval '[ -e /sys/class/net/ib0 ]' && ib0_up || { flap_state; return 1; }
+				wait_for 10 eval '[ -e /sys/class/net/ib0 ]' && ib0_up ||
+				{ flap_state; return 1; }
 		fi
 		wait_for 60 ping -c 1 -W 2 -s 60000 "$ib_peer" >/dev/null && return 0
 		flap_state

@@ -84,7 +84,8 @@ int main(int argc, char **argv)
 	uint32_t qkey, qpn;
 
 	if (argc != 7) {
-		fprintf(stderr, "usage: %s DEVICE SGID_INDEX IB_ADDRESS QKEY KIND COUNT\n", argv[0]);
+		fprintf(stderr, "usage: %s DEVICE SGID_INDEX IB_ADDRESS QKEY KIND COUNT\n",
+			argv[0]);
 		return 2;
 	}
 	sgid_index = atoi(argv[2]);
@@ -105,6 +106,7 @@ int main(int argc, char **argv)
 
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = pd ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
+
 	if (!cq)
 		return fail("PD or CQ");
 	struct ibv_qp_init_attr init = {
@@ -114,9 +116,11 @@ int main(int argc, char **argv)
 		.qp_type = IBV_QPT_UD,
 	};
 	struct ibv_qp *qp = ibv_create_qp(pd, &init);
+
 	if (!qp)
 		return fail("UD QP");
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_INIT, .port_num = PORT, .qkey = qkey };
+
 	if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
 		return fail("QP to INIT");
 	attr = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR };
@@ -133,11 +137,13 @@ int main(int argc, char **argv)
 	};
 	memcpy(ah_attr.grh.dgid.raw, addr + 4, 16);
 	struct ibv_ah *ah = ibv_create_ah(pd, &ah_attr);
+
 	if (!ah)
 		return fail("address handle");
 
 	buf = calloc(1, BUF_LEN);
 	struct ibv_mr *mr = buf ? ibv_reg_mr(pd, buf, BUF_LEN, IBV_ACCESS_LOCAL_WRITE) : NULL;
+
 	if (!mr)
 		return fail("memory region");
 	len = fill(argv[5], buf);

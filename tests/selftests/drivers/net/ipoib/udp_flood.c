@@ -65,7 +65,7 @@ static int sink(int port)
 	sigaction(SIGTERM, &sa, NULL);
 	fd = socket(AF_INET, SOCK_DGRAM, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&at, sizeof(at))) {
-		perror("udp_flood sink");
+		perror("udp_flood: receiving socket");
 		return 1;
 	}
 	printf("listening\n");
