@@ -8,7 +8,7 @@
 
 use crate::wire::Gid;
 use kernel::{
-    net::skb::SkBuff,
+    net::skb::{DropReason, SkBuff},
     prelude::*,
     rbtree::{Entry, RBTree, RBTreeNodeReservation},
 };
@@ -79,7 +79,10 @@ impl HeldPackets {
         let full = self.destinations >= MAX_DESTINATIONS;
         let queue = match self.queues.entry(gid.0) {
             Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(_) if full => return Hold::Dropped,
+            Entry::Vacant(_) if full => {
+                skb.drop_with(DropReason::NeighQueueFull);
+                return Hold::Dropped;
+            }
             Entry::Vacant(v) => match spare.take() {
                 Some(Spare { node, queue }) => {
                     self.destinations += 1;
@@ -88,8 +91,12 @@ impl HeldPackets {
                 None => return Hold::NeedsQueue(skb),
             },
         };
+        if queue.len() >= limit(gid) {
+            skb.drop_with(DropReason::NeighQueueFull);
+            return Hold::Dropped;
+        }
         // Within the capacity it was made with: no allocation.
-        if queue.len() >= limit(gid) || queue.push(skb, GFP_ATOMIC).is_err() {
+        if queue.push(skb, GFP_ATOMIC).is_err() {
             return Hold::Dropped;
         }
         self.packets += 1;

@@ -41,7 +41,7 @@ use kernel::{
         ethtool::{Coalesce, DrvInfo},
         napi::{Budget, Napi, NapiHandle, Polled},
         rtnl::{Rtnl, RtnlGuard},
-        skb::SkBuff,
+        skb::{DropReason, SkBuff},
     },
     new_mutex, new_spinlock,
     prelude::*,
@@ -640,6 +640,7 @@ impl Interface {
         // Without its partition the queue pair is not ready (and the carrier off).
         if !this.has_partition() {
             bump(&c.tx_dropped, 1);
+            skb.drop_with(DropReason::DevReady);
             return;
         }
         // The headers are in the linear part unless the packet was built elsewhere (a
@@ -650,6 +651,7 @@ impl Interface {
             None if skb.copy_bits(0, &mut copy).is_ok() => &copy,
             None => {
                 bump(&c.tx_dropped, 1);
+                skb.drop_with(DropReason::PktTooSmall);
                 return;
             }
         };
@@ -657,11 +659,13 @@ impl Interface {
         let (Ok(dest), Ok((encap, _))) = (HwAddr::from_bytes(addr), EncapHeader::parse(encap))
         else {
             bump(&c.tx_dropped, 1);
+            skb.drop_with(DropReason::DevHdr);
             return;
         };
         // Unicast and multicast alike (as C).
         let Some(protocol) = encap.protocol() else {
             bump(&c.tx_dropped, 1);
+            skb.drop_with(DropReason::UnhandledProto);
             return;
         };
         if !dest.is_multicast() && !matches!(protocol, EtherType::Arp | EtherType::Rarp) {
@@ -678,6 +682,7 @@ impl Interface {
             // Not before the broadcast group is joined (InfiniBand).
             let Some(ah) = this.mcast.broadcast_ah() else {
                 bump(&c.tx_dropped, 1);
+                skb.drop_with(DropReason::DevReady);
                 return;
             };
             Some(ah)

@@ -31,7 +31,7 @@ use kernel::{
     net::{
         dev::NetDevice,
         napi::{Napi, NapiHandle},
-        skb::{PacketType, SkBuff},
+        skb::{DropReason, PacketType, SkBuff},
     },
     prelude::*,
     rdma::{
@@ -359,13 +359,13 @@ impl UdDatapath {
     }
 
     /// Whether the message `skb` carries after its pseudo header fits a datagram; if not,
-    /// the caller drops it, counted here. From the transmit path only (see
-    /// `TxConnection::post` on reporting the path MTU).
-    pub(crate) fn sendable(&self, skb: &mut SkBuff) -> bool {
+    /// the caller drops it for the reason returned, counted here. From the transmit path
+    /// only (see `TxConnection::post` on reporting the path MTU).
+    pub(crate) fn sendable(&self, skb: &mut SkBuff) -> Result<(), DropReason> {
         let c = &self.counters;
         let Some(len) = skb.len().checked_sub(HWADDR_LEN as u32) else {
             bump(&c.tx_dropped, 1);
-            return false;
+            return Err(DropReason::PktTooSmall);
         };
         // rxe drops an oversize UD send while reporting success: enforce the MTU here. In
         // connected mode the stack may send more toward a peer reached over UD: tell it the
@@ -374,9 +374,9 @@ impl UdDatapath {
         if len > mtu + ENCAP_HEADER_LEN as u32 {
             let _ = skb.report_too_big(mtu);
             bump(&c.tx_dropped, 1);
-            return false;
+            return Err(DropReason::PktTooBig);
         }
-        true
+        Ok(())
     }
 
     /// Posts what `skb` carries after its pseudo header to `dest` through `ah`, from the
@@ -392,6 +392,7 @@ impl UdDatapath {
         }
         let Some(left) = self.credits.take(dev) else {
             bump(&c.tx_dropped, 1);
+            skb.drop_with(DropReason::FullRing);
             return;
         };
         if left == 0 {

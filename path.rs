@@ -29,7 +29,10 @@ use core::{
     sync::atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 use kernel::{
-    net::{dev::NetDevice, skb::SkBuff},
+    net::{
+        dev::NetDevice,
+        skb::{DropReason, SkBuff},
+    },
     new_mutex, new_spinlock_bh,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
@@ -178,7 +181,8 @@ impl Paths {
         ah: Option<&Arc<AddressHandle>>,
         dev: &NetDevice,
     ) -> bool {
-        if !ud.sendable(&mut skb) {
+        if let Err(reason) = ud.sendable(&mut skb) {
+            skb.drop_with(reason);
             return false;
         }
         if let Some(ah) = ah {
@@ -232,12 +236,19 @@ impl Paths {
                     // The destination's first packet: its queue is made outside the lock.
                     match Spare::new(gid) {
                         Ok(s) => spare = Some(s),
-                        Err(_) => break,
+                        Err(_) => {
+                            back.drop_with(DropReason::NoMem);
+                            break;
+                        }
                     }
                     skb = back;
                 }
                 // A queue was given: never asked for again.
-                Hold::NeedsQueue(_) => break,
+                Hold::NeedsQueue(back) => {
+                    drop(held);
+                    back.drop_with(DropReason::NeighQueueFull);
+                    break;
+                }
             }
         }
         bump(&self.counters.tx_dropped, 1);

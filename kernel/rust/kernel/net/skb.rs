@@ -13,7 +13,7 @@
 //! # Examples
 //!
 //! ```
-//! use kernel::net::skb::SkBuff;
+//! use kernel::net::skb::{DropReason, SkBuff};
 //! use kernel::prelude::*;
 //!
 //! // Room for a 4-byte header in front of an 8-byte payload.
@@ -30,7 +30,8 @@
 //! // More than the linear part holds is refused, and nothing changes.
 //! assert_eq!(skb.pull(4), Err(EINVAL));
 //! assert_eq!(skb.len(), 3);
-//! // Dropping the skb frees it.
+//! // Dropping the skb frees it; a driver that drops a packet says why.
+//! skb.drop_with(DropReason::PktTooSmall);
 //! # Ok::<(), Error>(())
 //! ```
 
@@ -88,6 +89,52 @@ pub enum PacketType {
 
 mod private {
     pub trait Sealed {}
+}
+
+/// Why a packet is dropped (`enum skb_drop_reason`), for [`SkBuff::drop_with`]: what drop
+/// monitors report. Dropping an skb without one reports `NOT_SPECIFIED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// The device is not ready to send or receive (`DEV_READY`): down, or not yet joined to
+    /// its link.
+    DevReady,
+    /// The driver's own header or metadata is invalid (`DEV_HDR`).
+    DevHdr,
+    /// The packet is larger than the link carries (`PKT_TOO_BIG`).
+    PktTooBig,
+    /// The packet is too short for its headers (`PKT_TOO_SMALL`).
+    PktTooSmall,
+    /// A ring the packet needed was full (`FULL_RING`).
+    FullRing,
+    /// Memory ran out (`NOMEM`).
+    NoMem,
+    /// The packet waited for its destination's address, and the queue of those waiting was
+    /// full (`NEIGH_QUEUEFULL`).
+    NeighQueueFull,
+    /// The destination's address could not be resolved (`NEIGH_FAILED`).
+    NeighFailed,
+    /// A protocol the device does not carry (`UNHANDLED_PROTO`).
+    UnhandledProto,
+    /// Freed with the rest of a queue being emptied (`QUEUE_PURGE`).
+    QueuePurge,
+}
+
+impl DropReason {
+    #[inline]
+    fn as_raw(self) -> bindings::skb_drop_reason {
+        match self {
+            DropReason::DevReady => bindings::skb_drop_reason_SKB_DROP_REASON_DEV_READY,
+            DropReason::DevHdr => bindings::skb_drop_reason_SKB_DROP_REASON_DEV_HDR,
+            DropReason::PktTooBig => bindings::skb_drop_reason_SKB_DROP_REASON_PKT_TOO_BIG,
+            DropReason::PktTooSmall => bindings::skb_drop_reason_SKB_DROP_REASON_PKT_TOO_SMALL,
+            DropReason::FullRing => bindings::skb_drop_reason_SKB_DROP_REASON_FULL_RING,
+            DropReason::NoMem => bindings::skb_drop_reason_SKB_DROP_REASON_NOMEM,
+            DropReason::NeighQueueFull => bindings::skb_drop_reason_SKB_DROP_REASON_NEIGH_QUEUEFULL,
+            DropReason::NeighFailed => bindings::skb_drop_reason_SKB_DROP_REASON_NEIGH_FAILED,
+            DropReason::UnhandledProto => bindings::skb_drop_reason_SKB_DROP_REASON_UNHANDLED_PROTO,
+            DropReason::QueuePurge => bindings::skb_drop_reason_SKB_DROP_REASON_QUEUE_PURGE,
+        }
+    }
 }
 
 /// Who holds a [`SkBuff`]: its owner ([`Owned`]), who frees it, or a callee it is lent to
@@ -196,6 +243,14 @@ impl SkBuff<Owned> {
                 .__bindgen_anon_1
                 .dev = dev.as_raw()
         };
+    }
+
+    /// Frees the skb as a drop for `reason`, which drop monitors (`perf trace -e
+    /// skb:kfree_skb`, `dropwatch`) report. Safe in any context, as the drop is.
+    #[inline]
+    pub fn drop_with(self, reason: DropReason) {
+        // SAFETY: We own the skb; ownership ends here.
+        unsafe { bindings::dev_kfree_skb_any_reason(self.into_raw(), reason.as_raw()) };
     }
 
     /// Frees the skb as successfully consumed (not counted as a drop). Safe in any context,

@@ -95,7 +95,7 @@ round() {
 		[ "$drv" = c ] && return 0
 		echo "mcast_join_failures $fails -> $(ethtool_stat ib0 mcast_join_failures)"
 		[ "$(ethtool_stat ib0 mcast_join_failures)" = "$fails" ] &&
-			klog_since | grep "ib0: address .*: its GID is not in port 1's GID table"
+			klog_since | grep "ib0: address .*: GID not in port 1's GID table"
 	}
 	ipoib_check "$who: up with a GUID the port's GID table lacks: no group joined, no carrier" \
 		no_join
