@@ -415,6 +415,8 @@ impl<O: Ownership> SkBuff<O> {
     /// first byte and its length. `EINVAL` for an skb with fragments or a clone (whose
     /// buffer others read). The bytes are valid while the skb is owned and its tail and end
     /// unchanged; what the device wrote joins the data through [`SkBuff::put`].
+    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
+    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
     #[inline]
     pub(crate) fn tailroom_for_device(&mut self) -> Result<(NonNull<u8>, u32)> {
         if self.is_nonlinear() || self.is_cloned() {
@@ -452,6 +454,8 @@ impl<O: Ownership> SkBuff<O> {
     ///
     /// The skb must be linear, its data not shared with a clone, and its tailroom at least
     /// `len` bytes long.
+    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
+    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
     #[inline]
     pub(crate) unsafe fn put_received(&mut self, len: u32) {
         // SAFETY: The skb is valid and ours alone (`&mut self`); the caller guarantees the
@@ -749,6 +753,8 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// The page fragments after the linear part, in order (see [`frag_page`]).
+    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
+    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
     #[inline]
     pub(crate) fn frags(&self) -> &[bindings::skb_frag_t] {
         let shinfo = self.shinfo();
@@ -758,12 +764,16 @@ impl<O: Ownership> SkBuff<O> {
     }
 
     /// The length of fragment `index`, `None` past the last one.
+    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
+    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
     #[inline]
     pub(crate) fn frag_len(&self, index: usize) -> Option<usize> {
         Some(self.frag_at(index)?.len as usize)
     }
 
     /// Fragment `index`, `None` past the last one.
+    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
+    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
     #[inline]
     fn frag_at(&self, index: usize) -> Option<&bindings::skb_frag_t> {
         let shinfo = self.shinfo();
@@ -908,6 +918,8 @@ impl<O: Ownership> Drop for SkBuff<O> {
 /// The page fragment `frag` lies in, the offset of its bytes in that page and their
 /// length; `None` for memory that is not a page (device memory). Valid while the skb
 /// the fragment is of is owned and unchanged.
+// For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
+#[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
 #[inline]
 pub(crate) fn frag_page(
     frag: &bindings::skb_frag_t,
