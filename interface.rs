@@ -26,7 +26,7 @@ use crate::{
     partition::PartitionIndex,
     path::{PathResolver, Paths, GID_INDEX},
     send_credits::SendCredits,
-    stats::{bump, now_ms, Counters, Gauges, Tally},
+    stats::{now_ms, Counters, Gauges, Tally},
     wire::{
         self, EncapHeader, EtherType, HwAddr, CM_MTU, ENCAP_HEADER_LEN, HARD_HEADER_LEN, HWADDR_LEN,
     },
@@ -639,8 +639,7 @@ impl Interface {
         let c = &this.counters;
         // Without its partition the queue pair is not ready (and the carrier off).
         if !this.has_partition() {
-            bump(&c.tx_dropped, 1);
-            skb.drop_with(DropReason::DevReady);
+            c.tx_drop(skb, DropReason::DevReady);
             return;
         }
         // The headers are in the linear part unless the packet was built elsewhere (a
@@ -650,22 +649,19 @@ impl Interface {
             Some(hdr) => hdr,
             None if skb.copy_bits(0, &mut copy).is_ok() => &copy,
             None => {
-                bump(&c.tx_dropped, 1);
-                skb.drop_with(DropReason::PktTooSmall);
+                c.tx_drop(skb, DropReason::PktTooSmall);
                 return;
             }
         };
         let (addr, encap) = hdr.split_at(HWADDR_LEN);
         let (Ok(dest), Ok((encap, _))) = (HwAddr::from_bytes(addr), EncapHeader::parse(encap))
         else {
-            bump(&c.tx_dropped, 1);
-            skb.drop_with(DropReason::DevHdr);
+            c.tx_drop(skb, DropReason::DevHdr);
             return;
         };
         // Unicast and multicast alike (as C).
         let Some(protocol) = encap.protocol() else {
-            bump(&c.tx_dropped, 1);
-            skb.drop_with(DropReason::UnhandledProto);
+            c.tx_drop(skb, DropReason::UnhandledProto);
             return;
         };
         if !dest.is_multicast() && !matches!(protocol, EtherType::Arp | EtherType::Rarp) {
@@ -681,8 +677,7 @@ impl Interface {
         let bcast = if dest.gid() == this.broadcast.gid() {
             // Not before the broadcast group is joined (InfiniBand).
             let Some(ah) = this.mcast.broadcast_ah() else {
-                bump(&c.tx_dropped, 1);
-                skb.drop_with(DropReason::DevReady);
+                c.tx_drop(skb, DropReason::DevReady);
                 return;
             };
             Some(ah)

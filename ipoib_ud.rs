@@ -391,8 +391,7 @@ impl UdDatapath {
             self.reap_in_passing();
         }
         let Some(left) = self.credits.take(dev) else {
-            bump(&c.tx_dropped, 1);
-            skb.drop_with(DropReason::FullRing);
+            c.tx_drop(skb, DropReason::FullRing);
             return;
         };
         if left == 0 {

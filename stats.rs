@@ -5,7 +5,16 @@
 
 use crate::wire::HWADDR_LEN;
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::{c_str, net::dev::Stats64, rdma::qp::Sent, str::CStr, time};
+use kernel::{
+    c_str,
+    net::{
+        dev::Stats64,
+        skb::{DropReason, SkBuff},
+    },
+    rdma::qp::Sent,
+    str::CStr,
+    time,
+};
 
 /// Monotonic time in milliseconds: last uses, idle times and join times are kept in it.
 /// Read from the tick count, not a clock source, as C keeps them in jiffies: every packet
@@ -165,6 +174,12 @@ impl Drop for Tally<'_> {
 }
 
 impl Counters {
+    /// Drops a packet the interface was given to send, counted and with its `reason`.
+    pub(crate) fn tx_drop(&self, skb: SkBuff, reason: DropReason) {
+        bump(&self.tx_dropped, 1);
+        skb.drop_with(reason);
+    }
+
     /// Copies the counters into the stack's statistics.
     pub(crate) fn fill(&self, stats: &mut Stats64) {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);

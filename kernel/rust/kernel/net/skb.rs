@@ -411,22 +411,6 @@ impl<O: Ownership> SkBuff<O> {
         holders - payload_only != 1
     }
 
-    /// The tailroom of a linear skb whose data is its own, for a device to write into: its
-    /// first byte and its length. `EINVAL` for an skb with fragments or a clone (whose
-    /// buffer others read). The bytes are valid while the skb is owned and its tail and end
-    /// unchanged; what the device wrote joins the data through [`SkBuff::put`].
-    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
-    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
-    #[inline]
-    pub(crate) fn tailroom_for_device(&mut self) -> Result<(NonNull<u8>, u32)> {
-        if self.is_nonlinear() || self.is_cloned() {
-            return Err(EINVAL);
-        }
-        let [_, _, tail, end] = self.bounds();
-        let room = (end as usize).saturating_sub(tail as usize) as u32;
-        Ok((NonNull::new(tail).ok_or(EINVAL)?, room))
-    }
-
     /// Appends `len` bytes at the tail and returns them; `EINVAL` without tailroom or when
     /// the data is shared with a clone.
     #[inline]
@@ -444,27 +428,6 @@ impl<O: Ownership> SkBuff<O> {
         }
         // SAFETY: The `len` bytes at the old tail are now the end of the data, ours to write.
         Ok(unsafe { core::slice::from_raw_parts_mut(tail, len as usize) })
-    }
-
-    /// Appends to the data the first `len` bytes of the tailroom, which a device wrote
-    /// (`skb_put` without its checks, for a receive buffer whose tailroom was measured when
-    /// it was handed to the device).
-    ///
-    /// # Safety
-    ///
-    /// The skb must be linear, its data not shared with a clone, and its tailroom at least
-    /// `len` bytes long.
-    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
-    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
-    #[inline]
-    pub(crate) unsafe fn put_received(&mut self, len: u32) {
-        // SAFETY: The skb is valid and ours alone (`&mut self`); the caller guarantees the
-        // tailroom: what `skb_put` does, without the call.
-        unsafe {
-            let skb = &mut *self.raw();
-            skb.tail = skb.tail.advanced(len);
-            skb.len += len;
-        }
     }
 
     /// Cuts the data of a linear skb to its first `len` bytes (no change if it holds
@@ -752,38 +715,6 @@ impl<O: Ownership> SkBuff<O> {
         unsafe { &*end.cast::<bindings::skb_shared_info>() }
     }
 
-    /// The page fragments after the linear part, in order (see [`frag_page`]).
-    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
-    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
-    #[inline]
-    pub(crate) fn frags(&self) -> &[bindings::skb_frag_t] {
-        let shinfo = self.shinfo();
-        // The first `nr_frags` fragments are initialised.
-        let n = usize::from(shinfo.nr_frags).min(shinfo.frags.len());
-        &shinfo.frags[..n]
-    }
-
-    /// The length of fragment `index`, `None` past the last one.
-    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
-    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
-    #[inline]
-    pub(crate) fn frag_len(&self, index: usize) -> Option<usize> {
-        Some(self.frag_at(index)?.len as usize)
-    }
-
-    /// Fragment `index`, `None` past the last one.
-    // For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
-    #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
-    #[inline]
-    fn frag_at(&self, index: usize) -> Option<&bindings::skb_frag_t> {
-        let shinfo = self.shinfo();
-        if index >= usize::from(shinfo.nr_frags) {
-            return None;
-        }
-        // `index` is below `nr_frags`, so the fragment is initialised.
-        shinfo.frags.get(index)
-    }
-
     /// Moves all data into the linear part, for a device that cannot gather this many
     /// fragments. `ENOMEM` when the larger head cannot be allocated (atomically).
     pub fn linearize(&mut self) -> Result {
@@ -825,6 +756,70 @@ impl<O: Ownership> SkBuff<O> {
             // SAFETY: `dst` is a route the skb held a reference to, given up here.
             unsafe { bindings::dst_release(dst) };
         }
+    }
+}
+
+/// What the RDMA abstractions (`rdma::dma`) need to post skbs to devices: built with them,
+/// so that the net abstractions build alone without leaving these unused.
+#[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
+impl<O: Ownership> SkBuff<O> {
+    /// The tailroom of a linear skb whose data is its own, for a device to write into: its
+    /// first byte and its length. `EINVAL` for an skb with fragments or a clone (whose
+    /// buffer others read). The bytes are valid while the skb is owned and its tail and end
+    /// unchanged; what the device wrote joins the data through [`SkBuff::put`].
+    #[inline]
+    pub(crate) fn tailroom_for_device(&mut self) -> Result<(NonNull<u8>, u32)> {
+        if self.is_nonlinear() || self.is_cloned() {
+            return Err(EINVAL);
+        }
+        let [_, _, tail, end] = self.bounds();
+        let room = (end as usize).saturating_sub(tail as usize) as u32;
+        Ok((NonNull::new(tail).ok_or(EINVAL)?, room))
+    }
+
+    /// Appends to the data the first `len` bytes of the tailroom, which a device wrote
+    /// (`skb_put` without its checks, for a receive buffer whose tailroom was measured when
+    /// it was handed to the device).
+    ///
+    /// # Safety
+    ///
+    /// The skb must be linear, its data not shared with a clone, and its tailroom at least
+    /// `len` bytes long.
+    #[inline]
+    pub(crate) unsafe fn put_received(&mut self, len: u32) {
+        // SAFETY: The skb is valid and ours alone (`&mut self`); the caller guarantees the
+        // tailroom: what `skb_put` does, without the call.
+        unsafe {
+            let skb = &mut *self.raw();
+            skb.tail = skb.tail.advanced(len);
+            skb.len += len;
+        }
+    }
+
+    /// The page fragments after the linear part, in order (see [`frag_page`]).
+    #[inline]
+    pub(crate) fn frags(&self) -> &[bindings::skb_frag_t] {
+        let shinfo = self.shinfo();
+        // The first `nr_frags` fragments are initialised.
+        let n = usize::from(shinfo.nr_frags).min(shinfo.frags.len());
+        &shinfo.frags[..n]
+    }
+
+    /// The length of fragment `index`, `None` past the last one.
+    #[inline]
+    pub(crate) fn frag_len(&self, index: usize) -> Option<usize> {
+        Some(self.frag_at(index)?.len as usize)
+    }
+
+    /// Fragment `index`, `None` past the last one.
+    #[inline]
+    fn frag_at(&self, index: usize) -> Option<&bindings::skb_frag_t> {
+        let shinfo = self.shinfo();
+        if index >= usize::from(shinfo.nr_frags) {
+            return None;
+        }
+        // `index` is below `nr_frags`, so the fragment is initialised.
+        shinfo.frags.get(index)
     }
 }
 
@@ -918,7 +913,7 @@ impl<O: Ownership> Drop for SkBuff<O> {
 /// The page fragment `frag` lies in, the offset of its bytes in that page and their
 /// length; `None` for memory that is not a page (device memory). Valid while the skb
 /// the fragment is of is owned and unchanged.
-// For the RDMA abstractions (`rdma::dma`), which post skbs to devices.
+// For the RDMA abstractions, as the block of `SkBuff` methods above.
 #[cfg(CONFIG_RUST_INFINIBAND_ABSTRACTIONS)]
 #[inline]
 pub(crate) fn frag_page(
