@@ -25,9 +25,9 @@ use crate::{
 };
 use kernel::{
     net::{
-        dev::{NetDevice, Operations, Setup},
-        link::{LinkDevice, LinkKind, NewLink},
-        napi::NapiHandle,
+        dev::{NetDevice, Setup},
+        link::{self, LinkDevice, LinkKind, NewLink},
+        napi::{NapiContext, NapiHandle, Poll},
         rtnl::{Rtnl, RtnlGuard},
     },
     new_mutex,
@@ -40,15 +40,20 @@ use kernel::{
 /// What the child list needs of the interfaces it lists.
 pub(crate) trait ChildInterface: DebugView + Sized + 'static {
     /// The operations their net_devices are registered with.
-    type Ops: Operations<Data = Arc<Self>>;
+    type Ops: link::Operations<Data = Arc<Self>>;
+    /// The poll function of their NAPI contexts.
+    type Poll: Poll<Device = Self::Ops> + Default;
     /// The interface's children (none for a child).
     fn children(&self) -> &Children<Self>;
     /// The partition, full-membership bit set.
     fn pkey(&self) -> u16;
     /// The hardware address.
     fn hw_addr(&self) -> HwAddr;
-    /// Completes the set-up of the interface's net_device.
-    fn configure(&self) -> impl FnOnce(&mut Setup) -> Result;
+    /// Completes the set-up of the interface's net_device, whose NAPI context is `napi`.
+    fn configure(
+        &self,
+        napi: NapiContext<Self::Poll>,
+    ) -> impl FnOnce(&mut Setup<Self::Ops>) -> Result;
     /// The interface's net_device is registered as `dev` (its name is now known).
     fn registered(&self, dev: &NetDevice);
     /// Takes the handle that renames the interface's debugfs files.
@@ -213,21 +218,17 @@ impl<I: ChildInterface> Children<I> {
                 list.entries.reserve(1, GFP_KERNEL)?;
             }
         }
-        let napi = NapiHandle::new()?;
-        let interface = I::new_child(port, parent, full, &napi).inspect_err(|e| {
+        let napi = NapiContext::new(I::Poll::default())?;
+        let interface = I::new_child(port, parent, full, &napi.handle()).inspect_err(|e| {
             pr_info!("{name}: no child in partition 0x{full:04x} ({e:?})\n");
         })?;
         let hw_addr = interface.hw_addr();
-        let configure = interface.configure();
+        let configure = interface.configure(napi);
         let maker = children.maker.as_ref().ok_or(EINVAL)?;
         let registered = match request {
-            Request::Link(link) => link.register(
-                rtnl,
-                hw_addr.as_bytes(),
-                interface.clone(),
-                Some(&napi),
-                configure,
-            ),
+            Request::Link(link) => {
+                link.register(rtnl, hw_addr.as_bytes(), interface.clone(), configure)
+            }
             Request::Legacy { written } => {
                 let child_name = CString::try_from_fmt(kernel::fmt!(
                     "{}.{:04x}",
@@ -239,7 +240,6 @@ impl<I: ChildInterface> Children<I> {
                     &child_name,
                     hw_addr.as_bytes(),
                     interface.clone(),
-                    Some(&napi),
                     configure,
                 )
             }

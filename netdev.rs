@@ -17,11 +17,12 @@ use core::fmt::Write;
 use kernel::{
     c_str,
     net::{
-        dev::{McAddrs, NetDevice, Operations, Setup, Stats64, TxResult},
+        dev::{self, McAddrs, NetDevice, Setup, Stats64, TxResult},
         dev_attr::{Attribute, AttributeText},
-        ethtool::{Coalesce, DrvInfo, LinkSettings},
-        link::{attr_size, LinkAttributes, LinkInfo, NewLink},
-        napi::{Budget, Napi, NapiHandle, Polled},
+        ethtool::{self, Coalesce, DrvInfo, LinkSettings},
+        header,
+        link::{self, attr_size, LinkAttributes, LinkInfo, NewLink},
+        napi::{Budget, Napi, NapiContext, NapiHandle, Poll, Polled},
         rtnl::{restart_syscall, Rtnl, RtnlGuard},
         skb::{Lent, SkBuff},
     },
@@ -89,9 +90,12 @@ fn set_umcast(dev: &NetDevice, iface: &Interface, value: u32) -> Result {
 }
 
 /// Completes the set-up of the net_device of `iface`: the values known only once the port
-/// is queried, and, for an interface of a port, the adapter it belongs to (as C links only
-/// those, not the children, to it).
-pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result + '_ {
+/// is queried, its NAPI context `napi`, and, for an interface of a port, the adapter it
+/// belongs to (as C links only those, not the children, to it).
+pub(crate) fn configure(
+    iface: &Interface,
+    napi: NapiContext<IpoibPoll>,
+) -> impl FnOnce(&mut Setup<IpoibNetdev>) -> Result + '_ {
     let adapter = match iface.role().parent() {
         None => iface.device.parent(),
         Some(_) => None,
@@ -104,6 +108,7 @@ pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result 
     // Ports are numbered from 1, `dev_port` from 0.
     let dev_port = u16::try_from(iface.port.saturating_sub(1)).unwrap_or(u16::MAX);
     move |setup| {
+        setup.add_napi(napi);
         if let Some(adapter) = adapter {
             setup.set_parent(adapter);
         }
@@ -119,6 +124,14 @@ pub(crate) fn configure(iface: &Interface) -> impl FnOnce(&mut Setup) -> Result 
 
 /// The operations of an IPoIB interface.
 pub(crate) struct IpoibNetdev;
+
+/// The link-layer header of IPoIB packets.
+pub(crate) struct IpoibHeader;
+
+/// The poll function of an interface's NAPI context, and the batch of completions it polls
+/// into, made once rather than at every round.
+#[derive(Default)]
+pub(crate) struct IpoibPoll(Completions);
 
 /// Brings the children of `iface` up or down with it (`up`), under RTNL.
 fn follow_parent(iface: &Interface, rtnl: &Rtnl, up: bool) {
@@ -137,12 +150,13 @@ fn follow_parent(iface: &Interface, rtnl: &Rtnl, up: bool) {
 }
 
 #[vtable]
-impl Operations for IpoibNetdev {
+impl dev::Operations for IpoibNetdev {
     type Data = Arc<Interface>;
-    type PollState = Completions;
 
-    fn setup(dev: &mut Setup) {
+    fn setup(dev: &mut Setup<Self>) {
         dev.set_type(ARPHRD_INFINIBAND);
+        dev.set_header_ops::<IpoibHeader>();
+        dev.set_ethtool_ops();
         dev.set_hard_header_len(HARD_HEADER_LEN as u16);
         dev.set_flags(IFF_BROADCAST | IFF_MULTICAST);
         // A queue length from `setup` keeps the device queued (a zero one would make it a
@@ -206,22 +220,6 @@ impl Operations for IpoibNetdev {
         TxResult::Ok
     }
 
-    fn header_create(
-        skb: &mut SkBuff<Lent<'_>>,
-        _dev: &NetDevice,
-        ethertype: u16,
-        daddr: Option<&[u8]>,
-    ) -> Result<u32> {
-        // A hardware address is 20 bytes; transmit parses it.
-        let dest = daddr.filter(|d| d.len() == HWADDR_LEN).ok_or(EINVAL)?;
-        // The destination rides in front of the encapsulation header as a pseudo header,
-        // read back by transmit: both pushed at once.
-        let (pseudo, encap) = skb.push(HARD_HEADER_LEN as u32)?.split_at_mut(HWADDR_LEN);
-        pseudo.copy_from_slice(dest);
-        encap.copy_from_slice(&EncapHeader { ethertype }.to_bytes());
-        Ok(HARD_HEADER_LEN as u32)
-    }
-
     fn tx_timeout(dev: &NetDevice, iface: ArcBorrow<'_, Interface>) {
         Interface::tx_timeout(iface, dev);
     }
@@ -233,47 +231,12 @@ impl Operations for IpoibNetdev {
         Ok(iface.admit_mtu(dev, new_mtu))
     }
 
-    fn napi_poll(
-        _dev: &NetDevice,
-        iface: ArcBorrow<'_, Interface>,
-        wcs: &mut Completions,
-        napi: &Napi,
-        budget: Budget<'_>,
-    ) -> Polled {
-        iface.poll(napi, budget, wcs)
-    }
-
     fn set_rx_mode(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, mc: &McAddrs<'_>) {
         Interface::set_multicast_list(iface, dev, mc);
     }
 
     fn get_stats64(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, stats: &mut Stats64) {
         iface.counters.fill(stats);
-    }
-
-    fn get_drvinfo(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, info: &mut DrvInfo) {
-        iface.fill_drvinfo(info);
-    }
-
-    fn get_link_settings(
-        _dev: &NetDevice,
-        iface: ArcBorrow<'_, Interface>,
-    ) -> Result<LinkSettings> {
-        Ok(iface.ethtool.link_settings())
-    }
-
-    fn get_coalesce(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result<Coalesce> {
-        Ok(iface.ethtool.coalesce())
-    }
-
-    fn set_coalesce(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, wanted: Coalesce) -> Result {
-        iface.set_coalesce(wanted, dev.name().as_c_str())
-    }
-
-    const ETHTOOL_STATS: &'static [&'static CStr] = stats::ETHTOOL_STATS;
-
-    fn get_ethtool_stats(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, values: &mut [u64]) {
-        iface.fill_ethtool_stats(values);
     }
 
     const ATTRIBUTES: &'static [Attribute] = &[
@@ -358,6 +321,79 @@ impl Operations for IpoibNetdev {
         }
     }
 
+    fn set_address(
+        dev: &NetDevice,
+        iface: ArcBorrow<'_, Interface>,
+        rtnl: &Rtnl,
+        addr: &[u8],
+    ) -> Result {
+        Interface::set_address(iface, dev, rtnl, addr)
+    }
+}
+
+#[vtable]
+impl header::Operations for IpoibHeader {
+    fn create(
+        skb: &mut SkBuff<Lent<'_>>,
+        _dev: &NetDevice,
+        ethertype: u16,
+        daddr: Option<&[u8]>,
+    ) -> Result<u32> {
+        // A hardware address is 20 bytes; transmit parses it.
+        let dest = daddr.filter(|d| d.len() == HWADDR_LEN).ok_or(EINVAL)?;
+        // The destination rides in front of the encapsulation header as a pseudo header,
+        // read back by transmit: both pushed at once.
+        let (pseudo, encap) = skb.push(HARD_HEADER_LEN as u32)?.split_at_mut(HWADDR_LEN);
+        pseudo.copy_from_slice(dest);
+        encap.copy_from_slice(&EncapHeader { ethertype }.to_bytes());
+        Ok(HARD_HEADER_LEN as u32)
+    }
+}
+
+impl Poll for IpoibPoll {
+    type Device = IpoibNetdev;
+
+    fn poll(
+        &mut self,
+        _dev: &NetDevice,
+        iface: ArcBorrow<'_, Interface>,
+        napi: &Napi,
+        budget: Budget<'_>,
+    ) -> Polled {
+        iface.poll(napi, budget, &mut self.0)
+    }
+}
+
+#[vtable]
+impl ethtool::Operations for IpoibNetdev {
+    fn get_drvinfo(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, info: &mut DrvInfo) {
+        iface.fill_drvinfo(info);
+    }
+
+    fn get_link_settings(
+        _dev: &NetDevice,
+        iface: ArcBorrow<'_, Interface>,
+    ) -> Result<LinkSettings> {
+        Ok(iface.ethtool.link_settings())
+    }
+
+    fn get_coalesce(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>) -> Result<Coalesce> {
+        Ok(iface.ethtool.coalesce())
+    }
+
+    fn set_coalesce(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, wanted: Coalesce) -> Result {
+        iface.set_coalesce(wanted, dev.name().as_c_str())
+    }
+
+    const ETHTOOL_STATS: &'static [&'static CStr] = stats::ETHTOOL_STATS;
+
+    fn get_ethtool_stats(_dev: &NetDevice, iface: ArcBorrow<'_, Interface>, values: &mut [u64]) {
+        iface.fill_ethtool_stats(values);
+    }
+}
+
+#[vtable]
+impl link::Operations for IpoibNetdev {
     const LINK_INFO_SIZE: usize = 3 * attr_size(2);
 
     fn change_link(
@@ -419,15 +455,6 @@ impl Operations for IpoibNetdev {
         Self::change_link(&dev, child.as_arc_borrow(), rtnl, attrs)
     }
 
-    fn set_address(
-        dev: &NetDevice,
-        iface: ArcBorrow<'_, Interface>,
-        rtnl: &Rtnl,
-        addr: &[u8],
-    ) -> Result {
-        Interface::set_address(iface, dev, rtnl, addr)
-    }
-
     fn del_link(dev: &NetDevice, iface: ArcBorrow<'_, Interface>, _rtnl: &Rtnl) -> Result {
         match iface.role().parent_interface() {
             Some(parent) => Children::forget(parent, dev),
@@ -438,6 +465,7 @@ impl Operations for IpoibNetdev {
 
 impl ChildInterface for Interface {
     type Ops = IpoibNetdev;
+    type Poll = IpoibPoll;
 
     fn attach_debug_name(&self, name: DebugName) {
         Interface::attach_debug_name(self, name)
@@ -459,8 +487,11 @@ impl ChildInterface for Interface {
         self.log_name.update(dev);
     }
 
-    fn configure(&self) -> impl FnOnce(&mut Setup) -> Result {
-        configure(self)
+    fn configure(
+        &self,
+        napi: NapiContext<IpoibPoll>,
+    ) -> impl FnOnce(&mut Setup<IpoibNetdev>) -> Result {
+        configure(self, napi)
     }
 
     fn new_child(

@@ -192,7 +192,7 @@ for i in "${!guests[@]}"; do
 				name=${line##* }
 				case "$line" in
 				"not ok"*) report fail "$topology/$g: kunit: $name" ;;
-				*rdma_* | *net_dev_* | *net_skb_* | *net_mcast_* | *net_napi_* | *net_link_* | *spinlock_bh_* | *kernel_debugfs_*)
+				*rdma_* | *net_dev_* | *net_skb_* | *net_mcast_* | *net_napi_* | *net_link_* | *net_header_* | *net_ethtool_* | *spinlock_bh_* | *kernel_debugfs_*)
 					report ok "$topology/$g: kunit: $name" ;;
 				esac
 			done <<<"$kunit"

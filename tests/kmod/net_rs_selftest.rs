@@ -14,8 +14,9 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{
     c_str,
     net::{
-        dev::{self, NetDevice, Operations, Registration, Setup, Stats64, TxResult},
-        napi::{Budget, Napi, NapiHandle, Polled},
+        dev::{self, NetDevice, Registration, Setup, Stats64, TxResult},
+        header,
+        napi::{Budget, Napi, NapiContext, NapiHandle, Poll, Polled},
         rtnl::Rtnl,
         skb::{Lent, SkBuff},
     },
@@ -46,8 +47,8 @@ struct Counters {
     tx_dropped: AtomicU64,
     rx_packets: AtomicU64,
     rx_bytes: AtomicU64,
-    /// NAPI rounds, and the count the poll state (`Operations::PollState`) kept of them: the
-    /// same if the state lives from one round to the next.
+    /// NAPI rounds, and the count the poll function's own state (`Rounds`) kept of them:
+    /// the same if the state lives from one round to the next.
     polls: AtomicU64,
     state_rounds: AtomicU64,
     #[pin]
@@ -59,13 +60,19 @@ const ETH_P_IP: u16 = 0x0800;
 
 struct TestDevice;
 
-#[vtable]
-impl Operations for TestDevice {
-    type Data = Arc<Counters>;
-    type PollState = u64;
+/// The device's header: the marker.
+struct Marker;
 
-    fn setup(dev: &mut Setup) {
+/// The device's poll function, and the rounds it counted.
+struct Rounds(u64);
+
+#[vtable]
+impl dev::Operations for TestDevice {
+    type Data = Arc<Counters>;
+
+    fn setup(dev: &mut Setup<Self>) {
         dev.set_type(ARPHRD_NONE);
+        dev.set_header_ops::<Marker>();
         dev.set_hard_header_len(MARKER.len() as u16);
         dev.set_flags(IFF_POINTOPOINT | IFF_NOARP);
         dev.set_tx_queue_len(100);
@@ -94,18 +101,8 @@ impl Operations for TestDevice {
         Ok(())
     }
 
-    fn header_create(
-        skb: &mut SkBuff<Lent<'_>>,
-        _dev: &NetDevice,
-        _ethertype: u16,
-        _daddr: Option<&[u8]>,
-    ) -> Result<u32> {
-        skb.push(MARKER.len() as u32)?.copy_from_slice(&MARKER);
-        Ok(MARKER.len() as u32)
-    }
-
     fn start_xmit(mut skb: SkBuff, _dev: &NetDevice, data: ArcBorrow<'_, Counters>) -> TxResult {
-        // The stack built the header through `header_create`: the marker must lead, and the
+        // The stack built the header through `Marker::create`: the marker must lead, and the
         // packet after it must be what was sent.
         let ok = skb.data().starts_with(&MARKER) && skb.pull(MARKER.len() as u32).is_ok();
         let len = u64::from(skb.len());
@@ -122,48 +119,6 @@ impl Operations for TestDevice {
             data.tx_dropped.fetch_add(1, Ordering::Relaxed);
         }
         TxResult::Ok
-    }
-
-    fn napi_poll(
-        _dev: &NetDevice,
-        data: ArcBorrow<'_, Counters>,
-        rounds: &mut u64,
-        napi: &Napi,
-        budget: Budget<'_>,
-    ) -> Polled {
-        *rounds += 1;
-        data.polls.fetch_add(1, Ordering::Relaxed);
-        data.state_rounds.store(*rounds, Ordering::Relaxed);
-        let batch = core::mem::take(&mut *data.backlog.lock());
-        let mut done = 0;
-        for skb in batch {
-            if done == budget.get() {
-                // Over budget: keep the rest for the next round (the backlog is bounded).
-                if data.backlog.lock().push(skb, GFP_ATOMIC).is_err() {
-                    data.tx_dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                continue;
-            }
-            // Received as a device's packet would be: copied into an skb of the round's own.
-            match received(napi, &skb) {
-                Ok(copy) => {
-                    data.rx_packets.fetch_add(1, Ordering::Relaxed);
-                    data.rx_bytes
-                        .fetch_add(u64::from(copy.len()), Ordering::Relaxed);
-                    napi.gro_receive(copy);
-                }
-                Err(_) => {
-                    data.tx_dropped.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            skb.consume();
-            done += 1;
-        }
-        if done < budget.get() {
-            budget.complete(done).0
-        } else {
-            budget.exhausted()
-        }
     }
 
     /// Odd MTUs are refused; above 8000 the device runs at 8000 (as a link whose fabric
@@ -196,6 +151,65 @@ impl Operations for TestDevice {
     }
 }
 
+#[vtable]
+impl header::Operations for Marker {
+    fn create(
+        skb: &mut SkBuff<Lent<'_>>,
+        _dev: &NetDevice,
+        _ethertype: u16,
+        _daddr: Option<&[u8]>,
+    ) -> Result<u32> {
+        skb.push(MARKER.len() as u32)?.copy_from_slice(&MARKER);
+        Ok(MARKER.len() as u32)
+    }
+}
+
+impl Poll for Rounds {
+    type Device = TestDevice;
+
+    fn poll(
+        &mut self,
+        _dev: &NetDevice,
+        data: ArcBorrow<'_, Counters>,
+        napi: &Napi,
+        budget: Budget<'_>,
+    ) -> Polled {
+        self.0 += 1;
+        data.polls.fetch_add(1, Ordering::Relaxed);
+        data.state_rounds.store(self.0, Ordering::Relaxed);
+        let batch = core::mem::take(&mut *data.backlog.lock());
+        let mut done = 0;
+        for skb in batch {
+            if done == budget.get() {
+                // Over budget: keep the rest for the next round (the backlog is bounded).
+                if data.backlog.lock().push(skb, GFP_ATOMIC).is_err() {
+                    data.tx_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            // Received as a device's packet would be: copied into an skb of the round's own.
+            match received(napi, &skb) {
+                Ok(copy) => {
+                    data.rx_packets.fetch_add(1, Ordering::Relaxed);
+                    data.rx_bytes
+                        .fetch_add(u64::from(copy.len()), Ordering::Relaxed);
+                    napi.gro_receive(copy);
+                }
+                Err(_) => {
+                    data.tx_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            skb.consume();
+            done += 1;
+        }
+        if done < budget.get() {
+            budget.complete(done).0
+        } else {
+            budget.exhausted()
+        }
+    }
+}
+
 /// A copy of the looped-back packet `skb` in an skb allocated for this NAPI round, as a
 /// receive path makes one.
 fn received(napi: &Napi, skb: &SkBuff) -> Result<SkBuff> {
@@ -212,8 +226,8 @@ struct NetSelftest {
 
 impl kernel::Module for NetSelftest {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let napi = NapiHandle::new()?;
-        let napi_for_data = napi.clone();
+        let napi = NapiContext::new(Rounds(0))?;
+        let napi_for_data = napi.handle();
         let counters = Arc::pin_init(
             pin_init!(Counters {
                 tx_packets: AtomicU64::new(0),
@@ -228,13 +242,11 @@ impl kernel::Module for NetSelftest {
             }),
             GFP_KERNEL,
         )?;
-        let reg = dev::Registration::<TestDevice>::new(
-            c_str!("rsnettest%d"),
-            &[],
-            counters,
-            Some(&napi),
-            |_| Ok(()),
-        )?;
+        let reg =
+            dev::Registration::<TestDevice>::new(c_str!("rsnettest%d"), &[], counters, |setup| {
+                setup.add_napi(napi);
+                Ok(())
+            })?;
         pr_info!("registered {}\n", reg.device().name());
         Ok(Self { _dev: reg })
     }

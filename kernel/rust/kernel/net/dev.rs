@@ -9,6 +9,12 @@
 //! device as a [`NetDevice`] borrowed for the call, and those run under RTNL an [`Rtnl`]
 //! token, which the calls that need the lock require.
 //!
+//! The device's other tables of operations are traits of their own, given to the device as
+//! it is set up ([`Setup`]), as C drivers fill them in: `header_ops`
+//! ([`super::header::Operations`]), `ethtool_ops` ([`super::ethtool::Operations`]), and its
+//! NAPI contexts ([`super::napi`]). `rtnl_link_ops` are those of a [`LinkKind`]
+//! ([`super::link::Operations`]).
+//!
 //! C header: [`include/linux/netdevice.h`](srctree/include/linux/netdevice.h).
 //!
 //! # Examples
@@ -26,9 +32,8 @@
 //! #[vtable]
 //! impl Operations for Sink {
 //!     type Data = ();
-//!     type PollState = ();
 //!
-//!     fn setup(dev: &mut Setup) {
+//!     fn setup(dev: &mut Setup<Self>) {
 //!         dev.set_type(0xfffe); // ARPHRD_NONE
 //!         let _ = dev.set_mtu(1500, 68, 9000);
 //!     }
@@ -50,7 +55,7 @@
 //!     }
 //! }
 //!
-//! let reg = Registration::<Sink>::new(c_str!("rsdoc%d"), &[], (), None, |setup| {
+//! let reg = Registration::<Sink>::new(c_str!("rsdoc%d"), &[], (), |setup| {
 //!     setup.set_mtu(1280, 68, 9000)
 //! })?;
 //! let dev = reg.device();
@@ -63,11 +68,12 @@
 
 use super::{
     dev_attr::{Attribute, AttributeTable, AttributeText},
-    ethtool::{Coalesce, DrvInfo, EthtoolAdapter, LinkSettings},
-    link::{LinkAttributes, LinkInfo, LinkKind, NewLink},
-    napi::{Budget, Napi, NapiHandle, Polled},
+    ethtool::EthtoolAdapter,
+    header::HeaderAdapter,
+    link::LinkKind,
+    napi::{self, NapiContext, Poll},
     rtnl::{Rtnl, RtnlGuard},
-    skb::{Lent, SkBuff},
+    skb::SkBuff,
 };
 use crate::{
     bindings, build_error,
@@ -78,8 +84,7 @@ use crate::{
     sync::{rcu, Arc},
     types::{AlwaysRefCounted, ForeignOwnable, Opaque},
 };
-use core::sync::atomic::Ordering;
-use core::{cell::UnsafeCell, marker::PhantomData, ptr::NonNull};
+use core::{marker::PhantomData, ptr::NonNull};
 
 /// A network device (`struct net_device`).
 ///
@@ -445,9 +450,9 @@ unsafe impl AlwaysRefCounted for NetDevice {
 /// precedes a registration ([`Registration::new`], [`super::link::LinkKind::create`], a new
 /// link): the device is registered, or freed unregistered, before that call returns.
 #[repr(transparent)]
-pub struct Setup(NetDevice);
+pub struct Setup<T: Operations>(NetDevice, PhantomData<T>);
 
-impl Setup {
+impl<T: Operations> Setup<T> {
     fn raw(&mut self) -> *mut bindings::net_device {
         self.0.as_raw()
     }
@@ -555,6 +560,31 @@ impl Setup {
             .ok_or(EINVAL)?
             .copy_from_slice(addr);
         Ok(())
+    }
+
+    /// Builds and parses the device's link-layer headers with `H` (`header_ops`).
+    pub fn set_header_ops<H: super::header::Operations>(&mut self) {
+        self.fields().header_ops = &HeaderAdapter::<H>::OPS;
+    }
+
+    /// Answers ethtool with `T`'s [`super::ethtool::Operations`] (`ethtool_ops`).
+    pub fn set_ethtool_ops(&mut self)
+    where
+        T: super::ethtool::Operations,
+    {
+        self.fields().ethtool_ops = &EthtoolAdapter::<T>::OPS;
+    }
+
+    /// Adds `napi` to the device, which keeps it until it is released: enabled while the
+    /// interface is up, its poll function borrowing the device's data. Only during a
+    /// registration's set-up (its `configure`): contexts added by [`Operations::setup`]
+    /// are deleted, with an error in the kernel log.
+    pub fn add_napi<P: Poll<Device = T>>(&mut self, napi: NapiContext<P>) {
+        let raw = self.raw();
+        // SAFETY: The device was allocated for `T` = `P::Device` and is ours alone, not
+        // registered (type invariant); the registration completes it or deletes its
+        // contexts before it is freed, as `setup_callback` does for those added in `setup`.
+        unsafe { napi.add(raw) };
     }
 }
 
@@ -696,14 +726,9 @@ pub trait Operations: Sized + 'static {
     /// Per-device driver data, reachable from every callback.
     type Data: ForeignOwnable + Send + Sync;
 
-    /// What only [`Operations::napi_poll`] uses, made when the device is registered and
-    /// dropped when it is released: a batch of completions to poll into, for example, set
-    /// up once rather than at every round. The core never runs two polls of one context at
-    /// once, so each poll has it mutably, without a lock. `()` for none.
-    type PollState: Default + Send;
-
-    /// Sets the device's type, sizes and flags before registration.
-    fn setup(dev: &mut Setup);
+    /// Sets the device's type, sizes, flags and its other tables of operations, as it is
+    /// allocated.
+    fn setup(dev: &mut Setup<Self>);
 
     /// The interface is brought up, under RTNL.
     fn open(
@@ -764,39 +789,6 @@ pub trait Operations: Sized + 'static {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
-    /// Builds the link-layer header of an outgoing packet (`header_ops->create`): pushes it in
-    /// front of `skb`'s data for protocol `ethertype` to `daddr` (the destination hardware
-    /// address, `None` when the stack has none) and returns its length. `dev` may be another
-    /// driver's device that took over our header operations (a bond of our devices), so
-    /// this gets no data of ours.
-    fn header_create(
-        _skb: &mut SkBuff<Lent<'_>>,
-        _dev: &NetDevice,
-        _ethertype: u16,
-        _daddr: Option<&[u8]>,
-    ) -> Result<u32> {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
-    /// Fills in the source hardware address of a received packet (`header_ops->parse`) and
-    /// returns its length.
-    fn header_parse(_skb: &SkBuff<Lent<'_>>, _dev: &NetDevice, _haddr: &mut [u8]) -> Result<u32> {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
-    /// Polls for received packets and completions in softirq context, handling at most
-    /// `budget.get()` packets, and ends the round through `budget`: all of it used, or the
-    /// context completed. Only runs while the interface is up.
-    fn napi_poll(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-        _state: &mut Self::PollState,
-        _napi: &Napi,
-        _budget: Budget<'_>,
-    ) -> Polled {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
     /// The interface's own sysfs files, served by [`Operations::attribute_show`] and
     /// [`Operations::attribute_store`] with their index in this list.
     const ATTRIBUTES: &'static [Attribute] = &[];
@@ -832,54 +824,6 @@ pub trait Operations: Sized + 'static {
         true
     }
 
-    /// Creates a device of the kind on top of `parent`, a device of ours
-    /// (`ip link add link PARENT name NAME type KIND ...`, under RTNL): the driver makes the
-    /// new device's data and registers `link` with it ([`NewLink::register`]).
-    fn new_link(
-        _link: NewLink<'_, Self>,
-        _parent: &NetDevice,
-        _parent_data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-        _rtnl: &Rtnl,
-        _attrs: &LinkAttributes<'_>,
-    ) -> Result {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
-    /// Asks whether `ip link del DEV` may delete a device made by [`Operations::new_link`]
-    /// or [`LinkKind::create`] (under RTNL). On `Ok` the core unregisters it: the driver
-    /// gives up here any [`super::link::LinkDevice`] it holds of it, since the core waits for them.
-    /// Devices of a [`Registration`] are never deleted this way.
-    fn del_link(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-        _rtnl: &Rtnl,
-    ) -> Result {
-        Ok(())
-    }
-
-    /// Bytes [`Operations::fill_link_info`] adds at most (see [`super::link::attr_size`]).
-    const LINK_INFO_SIZE: usize = 0;
-
-    /// Applies `ip link set DEV type KIND ...` (`rtnl_link_ops->changelink`), under RTNL.
-    fn change_link(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-        _rtnl: &Rtnl,
-        _attrs: &LinkAttributes<'_>,
-    ) -> Result {
-        Err(EINVAL)
-    }
-
-    /// Describes the device's kind-specific settings for `ip -d link show`
-    /// (`rtnl_link_ops->fill_info`), at most [`Operations::LINK_INFO_SIZE`] bytes.
-    fn fill_link_info(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-        _info: &mut LinkInfo<'_>,
-    ) -> Result {
-        Ok(())
-    }
-
     /// The multicast address list or the flags changed (`ndo_set_rx_mode`). Runs in atomic
     /// context with the address lists locked: copy what is needed from `mc` and finish in
     /// process context.
@@ -887,57 +831,6 @@ pub trait Operations: Sized + 'static {
         _dev: &NetDevice,
         _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
         _mc: &McAddrs<'_>,
-    ) {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
-    /// Fills what `ethtool -i` shows (`ethtool_ops->get_drvinfo`).
-    fn get_drvinfo(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-        _info: &mut DrvInfo,
-    ) {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
-    /// The link's speed and duplex, as `ethtool DEV` shows them
-    /// (`ethtool_ops->get_link_ksettings`; called under RTNL).
-    fn get_link_settings(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-    ) -> Result<LinkSettings> {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
-    /// The receive coalescing in effect, for `ethtool -c` (`ethtool_ops->get_coalesce`).
-    fn get_coalesce(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-    ) -> Result<Coalesce> {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
-    /// Applies `ethtool -C DEV rx-usecs N rx-frames N` (`ethtool_ops->set_coalesce`; only
-    /// offered with [`Operations::get_coalesce`]). The ethtool core refuses other
-    /// parameters.
-    fn set_coalesce(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-        _coalesce: Coalesce,
-    ) -> Result {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
-    }
-
-    /// Names of the counters `ethtool -S` shows, each shorter than
-    /// [`super::ethtool::STRING_LEN`] bytes.
-    const ETHTOOL_STATS: &'static [&'static CStr] = &[];
-
-    /// Fills `values` (zeroed), one per name of [`Operations::ETHTOOL_STATS`]
-    /// (`ethtool_ops->get_ethtool_stats`).
-    fn get_ethtool_stats(
-        _dev: &NetDevice,
-        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
-        _values: &mut [u64],
     ) {
         build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
@@ -993,73 +886,6 @@ impl<T: Operations> Adapter<T> {
         ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
     };
 
-    const HEADER_OPS: bindings::header_ops = bindings::header_ops {
-        create: if T::HAS_HEADER_CREATE {
-            Some(Self::header_create_callback)
-        } else {
-            None
-        },
-        parse: if T::HAS_HEADER_PARSE {
-            Some(Self::header_parse_callback)
-        } else {
-            None
-        },
-        // SAFETY: The other members are optional callbacks; zero is `None`.
-        ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
-    };
-
-    /// # Safety
-    ///
-    /// Called by the networking core only, for a device of ours or one that copied our
-    /// header operations (bonding does: only its generic fields are read), with an skb it
-    /// owns and lends us alone for the call; `daddr` is null or points to `addr_len` bytes.
-    unsafe extern "C" fn header_create_callback(
-        skb: *mut bindings::sk_buff,
-        dev: *mut bindings::net_device,
-        ty: crate::ffi::c_ushort,
-        daddr: *const c_void,
-        _saddr: *const c_void,
-        _len: crate::ffi::c_uint,
-    ) -> c_int {
-        // SAFETY: `dev` is valid for the call.
-        let ndev = unsafe { NetDevice::from_raw(dev) };
-        let daddr = (!daddr.is_null()).then(|| {
-            // SAFETY: A non-null `daddr` points to `addr_len` bytes for the call.
-            unsafe { core::slice::from_raw_parts(daddr.cast::<u8>(), ndev.addr_len()) }
-        });
-        // SAFETY: The core lends us the skb, for our use alone, for the call.
-        let mut skb = unsafe { SkBuff::lent(skb) };
-        match T::header_create(&mut skb, ndev, ty, daddr) {
-            Ok(len) => c_int::try_from(len).unwrap_or(c_int::MAX),
-            Err(e) => e.to_errno(),
-        }
-    }
-
-    /// # Safety
-    ///
-    /// Called by the networking core only, for a device of ours or one that copied our
-    /// header operations, with a valid skb lent for the call, which nobody changes
-    /// meanwhile, and `haddr` pointing to `MAX_ADDR_LEN` writable bytes.
-    unsafe extern "C" fn header_parse_callback(
-        skb: *const bindings::sk_buff,
-        dev: *const bindings::net_device,
-        haddr: *mut crate::ffi::c_uchar,
-    ) -> c_int {
-        // SAFETY: The core passes a valid device for the call.
-        let ndev = unsafe { NetDevice::from_raw(dev.cast_mut()) };
-        // SAFETY: The skb is lent for the call and nobody changes it meanwhile; only shared
-        // access to it is given out, so it is only read.
-        let skb = unsafe { SkBuff::lent(skb.cast_mut()) };
-        // SAFETY: `haddr` points to `MAX_ADDR_LEN` writable bytes nothing else uses during
-        // the call.
-        let haddr =
-            unsafe { core::slice::from_raw_parts_mut(haddr, bindings::MAX_ADDR_LEN as usize) };
-        match T::header_parse(&skb, ndev, haddr) {
-            Ok(len) => c_int::try_from(len).unwrap_or(0),
-            Err(_) => 0,
-        }
-    }
-
     /// # Safety
     ///
     /// `dev` must be a device set up by [`Adapter::register`] and not yet released (any
@@ -1103,82 +929,16 @@ impl<T: Operations> Adapter<T> {
             let (ndev, data) = unsafe { Self::ours(dev) };
             // SAFETY: The core opens a device under RTNL, held for this call.
             let rtnl = unsafe { Rtnl::assume_held() };
-            // SAFETY: The device is ours, so its NAPI context (if any) is added and disabled.
-            unsafe { Self::for_napi(dev, Self::napi_enable) };
+            // SAFETY: The device is ours and being opened, so its NAPI contexts are added and
+            // disabled.
+            unsafe { napi::enable_all(dev) };
             if let Err(e) = T::open(ndev, data, rtnl) {
-                // SAFETY: Enabled just above.
-                unsafe { Self::for_napi(dev, Self::napi_disable) };
+                // SAFETY: Enabled just above; `open` runs in process context.
+                unsafe { napi::disable_all(dev) };
                 return Err(e);
             }
             Ok(0)
         })
-    }
-
-    /// Enables the NAPI context `napi`.
-    ///
-    /// # Safety
-    ///
-    /// `napi` must be the added, disabled context of a device of ours.
-    unsafe fn napi_enable(napi: *mut bindings::napi_struct) {
-        // SAFETY: As required above.
-        unsafe { bindings::napi_enable(napi) };
-    }
-
-    /// Disables the NAPI context `napi`, waiting for a poll under way.
-    ///
-    /// # Safety
-    ///
-    /// `napi` must be the added, enabled context of a device of ours, in process context.
-    unsafe fn napi_disable(napi: *mut bindings::napi_struct) {
-        // SAFETY: As required above.
-        unsafe { bindings::napi_disable(napi) };
-    }
-
-    /// Runs `f` on the device's NAPI context, if it has one.
-    ///
-    /// # Safety
-    ///
-    /// `dev` must be a device set up by [`Adapter::register`], and calling `f` on its NAPI
-    /// context must be safe.
-    unsafe fn for_napi(dev: *mut bindings::net_device, f: unsafe fn(*mut bindings::napi_struct)) {
-        if T::HAS_NAPI_POLL {
-            // SAFETY: For such a device, the NAPI context is the only entry of its NAPI list,
-            // added before registration and deleted after unregistration.
-            let napi = unsafe { (*dev).napi_list.next };
-            // SAFETY: `dev_list` is the member of `napi_struct` linked into `napi_list`.
-            let napi = unsafe { crate::container_of!(napi, bindings::napi_struct, dev_list) };
-            // SAFETY: Calling `f` on it is safe (the caller's guarantee).
-            unsafe { f(napi.cast_mut()) };
-        }
-    }
-
-    /// # Safety
-    ///
-    /// Called by the networking core only, for a NAPI context of a device of ours, while the
-    /// context is enabled (the interface is up).
-    unsafe extern "C" fn napi_poll_callback(
-        napi: *mut bindings::napi_struct,
-        budget: c_int,
-    ) -> c_int {
-        // SAFETY: The context is being polled, for this call.
-        let napi = unsafe { Napi::from_raw(napi) };
-        let dev = napi.device().as_raw();
-        // SAFETY: The context's device is registered and ours.
-        let data = unsafe { Self::data(dev) };
-        // SAFETY: As above: its private area holds a `Private<T>`.
-        let private = unsafe { Self::private(dev) };
-        // SAFETY: `private` is valid; the field is reached without a reference to the rest.
-        let cell = unsafe { core::ptr::addr_of!((*private).poll_state) };
-        let state = UnsafeCell::raw_get(cell);
-        // SAFETY: By the type invariant of `Private` only this callback reaches the state,
-        // and the core never runs two polls of the device's one context at once: no other
-        // reference to it exists while the call lasts.
-        let state = unsafe { &mut *state };
-        let limit = u32::try_from(budget).unwrap_or(0);
-        // SAFETY: `napi` is being polled in this round, of budget `limit`.
-        let budget = unsafe { Budget::new(napi, limit) };
-        let done = T::napi_poll(napi.device(), data, state, napi, budget).work_done();
-        c_int::try_from(done).unwrap_or(0)
     }
 
     /// # Safety
@@ -1191,9 +951,10 @@ impl<T: Operations> Adapter<T> {
             // SAFETY: The core stops a device under RTNL, held for this call.
             let rtnl = unsafe { Rtnl::assume_held() };
             let ret = T::stop(ndev, data, rtnl);
-            // SAFETY: The device is ours and up, so its NAPI context (if any) is enabled; the
-            // core ignores a failing stop, so disable it whatever `stop` returned.
-            unsafe { Self::for_napi(dev, Self::napi_disable) };
+            // SAFETY: The device is ours and up, so its NAPI contexts are enabled; `stop` runs
+            // in process context. The core ignores a failing stop, so they are disabled
+            // whatever `stop` returned.
+            unsafe { napi::disable_all(dev) };
             ret?;
             Ok(0)
         })
@@ -1330,8 +1091,19 @@ impl<T: Operations> Adapter<T> {
     pub(crate) unsafe extern "C" fn setup_callback(dev: *mut bindings::net_device) {
         // SAFETY: The device is valid and not yet visible to anyone but us; `Setup` is
         // `repr(transparent)` over `NetDevice`.
-        let setup = unsafe { &mut *dev.cast::<Setup>() };
+        let setup = unsafe { &mut *dev.cast::<Setup<T>>() };
         T::setup(setup);
+        // SAFETY: The device is valid and ours alone.
+        if !unsafe { napi::any(dev) } {
+            return;
+        }
+        // A device `ip link add` allocates may be freed without our registration, which
+        // gives the contexts' references back: they are added by the registration's
+        // `configure` only.
+        pr_err!("NAPI contexts are added at registration, not in `setup`: deleted\n");
+        // SAFETY: The device is ours alone; its contexts were added by `Setup::add_napi`
+        // and never enabled.
+        unsafe { napi::release_all(dev) };
     }
 }
 
@@ -1340,14 +1112,9 @@ impl<T: Operations> Adapter<T> {
 ///
 /// # Invariants
 ///
-/// `data` is the foreign representation of a `T::Data`; `napi`, when present, is the one
-/// context on the device's NAPI list. `poll_state` is accessed only by the poll callback of
-/// that context, which the core never runs twice at once.
+/// `data` is the foreign representation of a `T::Data`.
 struct Private<T: Operations> {
     data: *const c_void,
-    napi: Option<NapiHandle>,
-    /// Reached only by the poll callback ([`Operations::PollState`]).
-    poll_state: UnsafeCell<T::PollState>,
     /// The sysfs files; installed as the device's first group.
     _attributes: Option<KBox<AttributeTable<T>>>,
     /// The kind whose operations `rtnl_link_ops` points to: its memory kept until the device
@@ -1387,7 +1154,7 @@ impl<T: Operations> Adapter<T> {
     pub(crate) const PRIV_SIZE: usize = core::mem::size_of::<Private<T>>();
 
     /// Completes the set-up of the unregistered device `raw` with `T`'s operations,
-    /// `hw_addr`, `data` and `napi`, and registers it. From then on the core owns the device:
+    /// `hw_addr` and `data`, and registers it. From then on the core owns the device:
     /// it frees it after unregistration and then releases what it holds of ours
     /// ([`Adapter::release_callback`]).
     ///
@@ -1401,38 +1168,24 @@ impl<T: Operations> Adapter<T> {
         _rtnl: &Rtnl,
         hw_addr: &[u8],
         data: T::Data,
-        napi: Option<&NapiHandle>,
         owner: Owner<T>,
-        configure: impl FnOnce(&mut Setup) -> Result,
+        configure: impl FnOnce(&mut Setup<T>) -> Result,
     ) -> Result {
         let (link_kind, owned) = match owner {
             Owner::Registration => (None, true),
             Owner::Core(kind) => (Some(kind), false),
         };
-        let napi = match (T::HAS_NAPI_POLL, napi) {
-            (true, Some(n)) => {
-                if n.0.attached.swap(true, Ordering::AcqRel) {
-                    return Err(EBUSY);
-                }
-                Some(n.clone())
-            }
-            (false, None) => None,
-            _ => return Err(EINVAL),
-        };
-        let release_napi = |napi: &Option<NapiHandle>| {
-            if let Some(n) = napi {
-                n.0.attached.store(false, Ordering::Release);
-            }
-        };
-        let attributes = AttributeTable::<T>::new().inspect_err(|_| release_napi(&napi))?;
+        let attributes = AttributeTable::<T>::new()?;
         // SAFETY: `raw` is valid and unregistered; `addr_len` was set up by `T::setup`.
         let addr_len = usize::from(unsafe { (*raw).addr_len });
         // SAFETY: `raw` is valid and unregistered: we are its only user; `Setup` is
         // `repr(transparent)` over it.
         // INVARIANT: Nobody else accesses the device until it is registered below.
-        let configured = configure(unsafe { &mut *raw.cast::<Setup>() });
+        let configured = configure(unsafe { &mut *raw.cast::<Setup<T>>() });
         if hw_addr.len() != addr_len || configured.is_err() {
-            release_napi(&napi);
+            // SAFETY: The device is ours alone and unregistered; its contexts were added by
+            // `configure` and never enabled.
+            unsafe { napi::release_all(raw) };
             return Err(configured.err().unwrap_or(EINVAL));
         }
         // SAFETY: `raw` is valid and unregistered: we are its only user; `hw_addr` has
@@ -1443,12 +1196,6 @@ impl<T: Operations> Adapter<T> {
             // `fields` lives.
             let fields = unsafe { &mut *raw };
             fields.netdev_ops = &Adapter::<T>::OPS;
-            if T::HAS_HEADER_CREATE || T::HAS_HEADER_PARSE {
-                fields.header_ops = &Adapter::<T>::HEADER_OPS;
-            }
-            if EthtoolAdapter::<T>::WANTED {
-                fields.ethtool_ops = &EthtoolAdapter::<T>::OPS;
-            }
             if let Some(table) = &attributes {
                 // The first group is the driver's; the core adds its own after it.
                 fields.sysfs_groups[0] = table.group();
@@ -1457,33 +1204,13 @@ impl<T: Operations> Adapter<T> {
                 fields.rtnl_link_ops = kind.as_raw();
             }
         }
-        // `napi` is `Some` only with `napi_poll` (checked above); the constant test keeps the
-        // callback out of drivers without one, where its default body is a build error.
-        if T::HAS_NAPI_POLL {
-            if let Some(n) = &napi {
-                // The context starts disabled; `open` enables it.
-                // SAFETY: `raw` is valid and unregistered; the context is attached to no
-                // other device (`attached` was false) and outlives the device (kept in its
-                // private area until released).
-                unsafe {
-                    bindings::netif_napi_add_weight(
-                        raw,
-                        n.0.as_raw(),
-                        Some(Adapter::<T>::napi_poll_callback),
-                        bindings::NAPI_POLL_WEIGHT as i32,
-                    )
-                };
-            }
-        }
         // SAFETY: The private area of `raw` is sized for `Private<T>` (safety requirement).
         let slot = unsafe { Self::private(raw) };
-        // INVARIANT: `data` comes from `into_foreign`; the NAPI context was just added.
+        // INVARIANT: `data` comes from `into_foreign`.
         // SAFETY: `slot` is valid for writes, aligned, and holds nothing yet.
         unsafe {
             slot.write(Private {
                 data: data.into_foreign(),
-                napi,
-                poll_state: UnsafeCell::new(T::PollState::default()),
                 _attributes: attributes,
                 link_kind,
                 owned,
@@ -1519,12 +1246,10 @@ impl<T: Operations> Adapter<T> {
         let slot = unsafe { Self::private(raw) };
         // SAFETY: `slot` is valid and read (moved out) once.
         let private = unsafe { slot.read() };
-        if let Some(n) = &private.napi {
-            // SAFETY: By the invariant of `Private` the context is on the device's list;
-            // disabled by `stop` or never enabled.
-            unsafe { bindings::netif_napi_del(n.0.as_raw()) };
-            n.0.attached.store(false, Ordering::Release);
-        }
+        // SAFETY: The device's contexts were added by `Setup::add_napi` (`setup_callback`
+        // deletes any added earlier) and are disabled by `stop` or never enabled; no
+        // callback of ours runs any more.
+        unsafe { napi::release_all(raw) };
         // SAFETY: By the invariant of `Private`, `data` came from `into_foreign`, and no
         // callback borrows it any more.
         drop(unsafe { T::Data::from_foreign(private.data) });
@@ -1573,33 +1298,21 @@ impl<T: Operations> Registration<T> {
     /// Allocates a device named after `name` (`ib%d` picks the first free number), sets it up
     /// with [`Operations::setup`] and `hw_addr`, and registers it with `data`.
     ///
-    /// Operations with [`Operations::napi_poll`] need `napi`, a handle from
-    /// [`NapiHandle::new`] that no other device uses (`EBUSY` otherwise), which `data` may keep
-    /// to schedule polls.
-    ///
     /// `configure` completes the set-up with values known only at run time (the MTU of the
-    /// port, for example), before the device becomes visible.
+    /// port, for example) and adds the device's NAPI contexts ([`Setup::add_napi`]), before
+    /// the device becomes visible.
     pub fn new(
         name: &CStr,
         hw_addr: &[u8],
         data: T::Data,
-        napi: Option<&NapiHandle>,
-        configure: impl FnOnce(&mut Setup) -> Result,
+        configure: impl FnOnce(&mut Setup<T>) -> Result,
     ) -> Result<Self> {
         let dev = alloc::<T>(name, bindings::NET_NAME_ENUM)?;
         let raw = dev.as_ptr();
         let rtnl = RtnlGuard::lock();
         // SAFETY: Allocated just above for `T`; ours alone.
         let registered = unsafe {
-            Adapter::<T>::register(
-                raw,
-                &rtnl,
-                hw_addr,
-                data,
-                napi,
-                Owner::Registration,
-                configure,
-            )
+            Adapter::<T>::register(raw, &rtnl, hw_addr, data, Owner::Registration, configure)
         };
         drop(rtnl);
         if let Err(e) = registered {
@@ -1615,8 +1328,11 @@ impl<T: Operations> Registration<T> {
     }
 
     /// Makes the device one of `kind` for `ip link` (changes and detailed listings reach
-    /// [`Operations::change_link`] and [`Operations::fill_link_info`]).
-    pub fn set_link_kind(&mut self, kind: Arc<LinkKind<T>>) {
+    /// its [`super::link::Operations`]).
+    pub fn set_link_kind(&mut self, kind: Arc<LinkKind<T>>)
+    where
+        T: super::link::Operations,
+    {
         let raw = self.dev.as_ptr();
         let _rtnl = RtnlGuard::lock();
         // SAFETY: The device is registered while we exist (type invariant); RTNL

@@ -1,13 +1,72 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! ethtool operations (`struct ethtool_ops`): `ethtool -i`, `-S`, `-c`/`-C` and the link
-//! settings of `ethtool DEV` for the devices of a driver, from its [`Operations`]
-//! implementation.
+//! settings of `ethtool DEV` for the devices of a driver.
 //!
 //! C header: [`include/linux/ethtool.h`](srctree/include/linux/ethtool.h).
+//!
+//! A driver implements [`Operations`] for the type of its device operations and gives them
+//! to its devices in their set-up ([`super::dev::Setup::set_ethtool_ops`]); each callback
+//! borrows the device's data, as those of [`super::dev::Operations`] do. Operations left
+//! out stay null: `ethtool` says they are not supported. The link state (`get_link`) is
+//! always the carrier's.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::c_str;
+//! use kernel::net::dev::{self, NetDevice, Setup};
+//! use kernel::net::ethtool::{self, DrvInfo};
+//! # use kernel::net::{rtnl::Rtnl, skb::SkBuff, dev::TxResult};
+//! use kernel::prelude::*;
+//!
+//! struct Dummy;
+//!
+//! #[vtable]
+//! impl dev::Operations for Dummy {
+//!     type Data = ();
+//!
+//!     fn setup(dev: &mut Setup<Self>) {
+//!         dev.set_ethtool_ops();
+//!     }
+//!     // ...
+//! #   fn open(_dev: &NetDevice, _data: (), _rtnl: &Rtnl) -> Result { Ok(()) }
+//! #   fn stop(_dev: &NetDevice, _data: (), _rtnl: &Rtnl) -> Result { Ok(()) }
+//! #   fn start_xmit(skb: SkBuff, _dev: &NetDevice, _data: ()) -> TxResult {
+//! #       drop(skb);
+//! #       TxResult::Ok
+//! #   }
+//! }
+//!
+//! #[vtable]
+//! impl ethtool::Operations for Dummy {
+//!     fn get_drvinfo(_dev: &NetDevice, _data: (), info: &mut DrvInfo) {
+//!         info.set_driver(c_str!("dummy"));
+//!     }
+//!
+//!     const ETHTOOL_STATS: &'static [&'static CStr] = &[c_str!("rx_packets")];
+//!
+//!     fn get_ethtool_stats(_dev: &NetDevice, _data: (), values: &mut [u64]) {
+//!         if let Some(rx_packets) = values.first_mut() {
+//!             *rx_packets = 0;
+//!         }
+//!     }
+//! }
+//!
+//! let reg = dev::Registration::<Dummy>::new(c_str!("rsdoc%d"), &[], (), |_| Ok(()))?;
+//! drop(reg);
+//! # Ok::<(), Error>(())
+//! ```
 
-use super::dev::{Adapter, Operations};
-use crate::{bindings, error::Error, ffi::c_int, str::CStr};
+use super::dev::{Adapter, NetDevice};
+use crate::{
+    bindings, build_error,
+    error::{Error, Result},
+    ffi::c_int,
+    prelude::*,
+    str::CStr,
+    types::ForeignOwnable,
+};
 use core::marker::PhantomData;
 
 /// Bytes of one counter name in `ethtool -S`, NUL included.
@@ -84,15 +143,64 @@ pub struct Coalesce {
     pub rx_max_frames: u32,
 }
 
+/// The ethtool operations of the devices of a driver (`struct ethtool_ops`).
+#[vtable]
+pub trait Operations: super::dev::Operations {
+    /// Fills what `ethtool -i` shows (`ethtool_ops->get_drvinfo`).
+    fn get_drvinfo(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _info: &mut DrvInfo,
+    ) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// The link's speed and duplex, as `ethtool DEV` shows them
+    /// (`ethtool_ops->get_link_ksettings`; called under RTNL).
+    fn get_link_settings(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+    ) -> Result<LinkSettings> {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// The receive coalescing in effect, for `ethtool -c` (`ethtool_ops->get_coalesce`).
+    fn get_coalesce(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+    ) -> Result<Coalesce> {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Applies `ethtool -C DEV rx-usecs N rx-frames N` (`ethtool_ops->set_coalesce`; only
+    /// offered with [`Operations::get_coalesce`]). The ethtool core refuses other
+    /// parameters.
+    fn set_coalesce(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _coalesce: Coalesce,
+    ) -> Result {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Names of the counters `ethtool -S` shows, each shorter than
+    /// [`STRING_LEN`] bytes.
+    const ETHTOOL_STATS: &'static [&'static CStr] = &[];
+
+    /// Fills `values` (zeroed), one per name of [`Operations::ETHTOOL_STATS`]
+    /// (`ethtool_ops->get_ethtool_stats`).
+    fn get_ethtool_stats(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _values: &mut [u64],
+    ) {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+}
+
 pub(crate) struct EthtoolAdapter<T: Operations>(PhantomData<T>);
 
 impl<T: Operations> EthtoolAdapter<T> {
-    /// Whether `T` offers any ethtool operation.
-    pub(crate) const WANTED: bool = T::HAS_GET_DRVINFO
-        || T::HAS_GET_ETHTOOL_STATS
-        || T::HAS_GET_LINK_SETTINGS
-        || T::HAS_GET_COALESCE;
-
     pub(crate) const OPS: bindings::ethtool_ops = bindings::ethtool_ops {
         get_drvinfo: if T::HAS_GET_DRVINFO {
             Some(Self::get_drvinfo_callback)

@@ -12,6 +12,9 @@
 //! waits for them, so none outlives the module's code, and a device released last only
 //! frees memory (unregistering from its release would wait for that very device).
 //!
+//! The kind's callbacks are the driver's [`Operations`], implemented for the type of its
+//! device operations.
+//!
 //! Drivers that implement [`Operations::new_link`] also let `ip link add link PARENT ...`
 //! make devices on top of theirs, and may make such devices themselves
 //! ([`LinkKind::create`]). Those devices belong to the core: `ip link del` deletes them
@@ -19,13 +22,12 @@
 //! delete them itself, with their parent for example.
 
 use super::{
-    dev::{alloc, Adapter, NetDevice, Operations, Owner, Setup},
-    napi::NapiHandle,
+    dev::{self, alloc, Adapter, NetDevice, Owner, Setup},
     rtnl::Rtnl,
     skb::SkBuff,
 };
 use crate::{
-    bindings,
+    bindings, build_error,
     error::{
         code::{EINVAL, EMLINK, ENODEV},
         from_result, to_result, Result,
@@ -34,7 +36,7 @@ use crate::{
     prelude::*,
     str::CStr,
     sync::{Arc, ArcBorrow},
-    types::{ARef, Opaque},
+    types::{ARef, ForeignOwnable, Opaque},
 };
 use core::{
     marker::PhantomData,
@@ -60,6 +62,59 @@ pub const fn attr_size(payload: usize) -> usize {
     (NLA_HDRLEN + payload + NLA_ALIGNTO - 1) & !(NLA_ALIGNTO - 1)
 }
 
+/// The `rtnl_link_ops` of the devices of a driver: `ip link add`, `del`, `set ... type`
+/// and `ip -d link show`.
+#[vtable]
+pub trait Operations: dev::Operations {
+    /// Creates a device of the kind on top of `parent`, a device of ours
+    /// (`ip link add link PARENT name NAME type KIND ...`, under RTNL): the driver makes the
+    /// new device's data and registers `link` with it ([`NewLink::register`]).
+    fn new_link(
+        _link: NewLink<'_, Self>,
+        _parent: &NetDevice,
+        _parent_data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _rtnl: &Rtnl,
+        _attrs: &LinkAttributes<'_>,
+    ) -> Result {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Asks whether `ip link del DEV` may delete a device made by [`Operations::new_link`]
+    /// or [`LinkKind::create`] (under RTNL). On `Ok` the core unregisters it: the driver
+    /// gives up here any [`LinkDevice`] it holds of it, since the core waits for them.
+    /// Devices of a [`Registration`] are never deleted this way.
+    fn del_link(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _rtnl: &Rtnl,
+    ) -> Result {
+        Ok(())
+    }
+
+    /// Bytes [`Operations::fill_link_info`] adds at most (see [`attr_size`]).
+    const LINK_INFO_SIZE: usize = 0;
+
+    /// Applies `ip link set DEV type KIND ...` (`rtnl_link_ops->changelink`), under RTNL.
+    fn change_link(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _rtnl: &Rtnl,
+        _attrs: &LinkAttributes<'_>,
+    ) -> Result {
+        Err(EINVAL)
+    }
+
+    /// Describes the device's kind-specific settings for `ip -d link show`
+    /// (`rtnl_link_ops->fill_info`), at most [`Operations::LINK_INFO_SIZE`] bytes.
+    fn fill_link_info(
+        _dev: &NetDevice,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _info: &mut LinkInfo<'_>,
+    ) -> Result {
+        Ok(())
+    }
+}
+
 /// A link kind for the devices of `T`, registered while its [`LinkRegistration`] lives.
 ///
 /// # Invariants
@@ -67,7 +122,7 @@ pub const fn attr_size(payload: usize) -> usize {
 /// `ops` names the callbacks of `T`; it is registered with `rtnl_link_register` from
 /// creation until `registered` turns false (under RTNL), then unregistered.
 #[pin_data]
-pub struct LinkKind<T: Operations> {
+pub struct LinkKind<T: dev::Operations> {
     #[pin]
     ops: Opaque<bindings::rtnl_link_ops>,
     registered: AtomicBool,
@@ -102,10 +157,10 @@ impl<T: Operations> Drop for LinkRegistration<T> {
 }
 
 // SAFETY: The core reads `ops` under RTNL; Rust never touches it after registration.
-unsafe impl<T: Operations> Send for LinkKind<T> {}
+unsafe impl<T: dev::Operations> Send for LinkKind<T> {}
 // SAFETY: Shared access reads only `registered` (an atomic) and the address of `ops`,
 // whose contents the core reads under RTNL.
-unsafe impl<T: Operations> Sync for LinkKind<T> {}
+unsafe impl<T: dev::Operations> Sync for LinkKind<T> {}
 
 impl<T: Operations> LinkKind<T> {
     /// Registers kind `kind` whose attributes (`IFLA_INFO_DATA`) go up to `maxtype`.
@@ -147,11 +202,15 @@ impl<T: Operations> LinkKind<T> {
         // INVARIANT: registered just above, until the registration made here drops.
         Ok(LinkRegistration { kind: this })
     }
+}
 
+impl<T: dev::Operations> LinkKind<T> {
     pub(crate) fn as_raw(&self) -> *mut bindings::rtnl_link_ops {
         self.ops.get()
     }
+}
 
+impl<T: Operations> LinkKind<T> {
     /// Makes a device of the kind named `name` (under RTNL), as `ip link add` would, for a
     /// driver that creates devices on request (a sysfs file, for example). The arguments
     /// are those of [`super::dev::Registration::new`]; the core owns the device, which
@@ -162,8 +221,7 @@ impl<T: Operations> LinkKind<T> {
         name: &CStr,
         hw_addr: &[u8],
         data: T::Data,
-        napi: Option<&NapiHandle>,
-        configure: impl FnOnce(&mut Setup) -> Result,
+        configure: impl FnOnce(&mut Setup<T>) -> Result,
     ) -> Result<LinkDevice<T>> {
         // RTNL is held: the registration cannot end meanwhile. Once it has ended, a device
         // made now would escape its deletion.
@@ -179,7 +237,6 @@ impl<T: Operations> LinkKind<T> {
                 rtnl,
                 hw_addr,
                 data,
-                napi,
                 Owner::Core(self.into()),
                 configure,
             )
@@ -280,8 +337,7 @@ impl<T: Operations> NewLink<'_, T> {
         rtnl: &Rtnl,
         hw_addr: &[u8],
         data: T::Data,
-        napi: Option<&NapiHandle>,
-        configure: impl FnOnce(&mut Setup) -> Result,
+        configure: impl FnOnce(&mut Setup<T>) -> Result,
     ) -> Result<LinkDevice<T>> {
         // SAFETY: The core allocated the device with our private size and set-up for this
         // callback and has not registered it (type invariant); on failure the core frees
@@ -292,7 +348,6 @@ impl<T: Operations> NewLink<'_, T> {
                 rtnl,
                 hw_addr,
                 data,
-                napi,
                 Owner::Core(self.kind.into()),
                 configure,
             )

@@ -64,7 +64,7 @@ klog_mark
 ipoib_check "rmmod while up: stop called, device gone" \
 	eval 'rmmod "$SELFTEST" && klog_since | grep -q "$DEV: stop" &&' \
 		'! [ -e /sys/class/net/$DEV ]'
-# The poll state (Operations::PollState) is the device's, made once: it counted every round.
+# The poll function's state (`napi::Poll`) is the context's, made once: it counted every round.
 poll_state() {
 	local line polls counted
 	line=$(klog_since | grep -o "$DEV: stop after [0-9]* NAPI rounds, [0-9]* counted" | tail -1)
