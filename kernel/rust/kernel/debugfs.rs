@@ -179,6 +179,7 @@ impl<T: Show> File<T> {
     }
 
     /// The object shown.
+    #[inline]
     pub fn data(&self) -> &Arc<T> {
         &self.data
     }

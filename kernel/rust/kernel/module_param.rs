@@ -31,11 +31,13 @@ unsafe impl<T: Copy + Send> Sync for ModuleParam<T> {}
 
 impl<T: Copy> ModuleParam<T> {
     /// A parameter with value `default` until the load arguments say otherwise.
+    #[inline]
     pub const fn new(default: T) -> Self {
         Self(UnsafeCell::new(default))
     }
 
     /// The value.
+    #[inline]
     pub fn get(&self) -> T {
         // SAFETY: By the type invariant nothing writes the value any more.
         unsafe { *self.0.get() }
@@ -48,6 +50,7 @@ pub struct WritableParam(AtomicU32);
 
 impl WritableParam {
     /// A parameter with value `default` until the load arguments or a write say otherwise.
+    #[inline]
     pub const fn new(default: u32) -> Self {
         Self(AtomicU32::new(default))
     }

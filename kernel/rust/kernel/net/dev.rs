@@ -139,6 +139,7 @@ impl NetDevice {
 
     /// Changes the MTU as `ip link set NAME mtu MTU` does: checked against the device's range
     /// and by its driver, and announced to the stack.
+    #[inline]
     pub fn set_mtu(&self, _rtnl: &Rtnl, mtu: u32) -> Result {
         let mtu = c_int::try_from(mtu).map_err(|_| EINVAL)?;
         // SAFETY: The device is valid and RTNL is held, as `dev_set_mtu` requires.
@@ -184,6 +185,7 @@ impl NetDevice {
     }
 
     /// The current MTU.
+    #[inline]
     pub fn mtu(&self) -> u32 {
         // SAFETY: The device is valid; no reference to the field is made, since RTNL may
         // write it meanwhile.
@@ -193,6 +195,7 @@ impl NetDevice {
     }
 
     /// The interface index, which moving the device to another namespace may change.
+    #[inline]
     pub fn ifindex(&self) -> i32 {
         // SAFETY: As in `mtu`.
         let field = unsafe { core::ptr::addr_of!((*self.as_raw()).ifindex) };
@@ -226,30 +229,35 @@ impl NetDevice {
     }
 
     /// Tells the stack the link is up.
+    #[inline]
     pub fn carrier_on(&self) {
         // SAFETY: The device is valid; callable from any context.
         unsafe { bindings::netif_carrier_on(self.as_raw()) };
     }
 
     /// Tells the stack the link is down.
+    #[inline]
     pub fn carrier_off(&self) {
         // SAFETY: The device is valid; callable from any context.
         unsafe { bindings::netif_carrier_off(self.as_raw()) };
     }
 
     /// Lets the stack transmit (from `open`).
+    #[inline]
     pub fn start_queue(&self) {
         // SAFETY: The device is valid.
         unsafe { bindings::netif_start_queue(self.as_raw()) };
     }
 
     /// Stops transmission, e.g. when the send ring is full.
+    #[inline]
     pub fn stop_queue(&self) {
         // SAFETY: The device is valid.
         unsafe { bindings::netif_stop_queue(self.as_raw()) };
     }
 
     /// Resumes transmission stopped with [`NetDevice::stop_queue`].
+    #[inline]
     pub fn wake_queue(&self) {
         // SAFETY: The device is valid.
         unsafe { bindings::netif_wake_queue(self.as_raw()) };
@@ -269,6 +277,7 @@ impl NetDevice {
     }
 
     /// Hands a received packet to the stack (from any context; queued to the backlog).
+    #[inline]
     pub fn rx(&self, mut skb: SkBuff) {
         skb.set_dev(self);
         // SAFETY: `skb` is owned and valid; `netif_rx` takes ownership whatever it returns.
@@ -328,6 +337,7 @@ impl NetDevice {
 
     /// The device this one is enslaved to (a bond, a team, a bridge or a VRF), if any (C:
     /// `netdev_master_upper_dev_get_rcu`): valid while `_rcu` is held.
+    #[inline]
     pub fn master_upper<'a>(&'a self, _rcu: &'a rcu::Guard) -> Option<&'a NetDevice> {
         // SAFETY: The device is valid (type invariant), and the RCU read lock is held.
         let master = unsafe { bindings::netdev_master_upper_dev_get_rcu(self.as_raw()) };
@@ -338,6 +348,7 @@ impl NetDevice {
     }
 
     /// Whether this is an L3 master device, a VRF (C: `netif_is_l3_master`).
+    #[inline]
     pub fn is_l3_master(&self) -> bool {
         // SAFETY: The device is valid; its private flags are read as C reads them, without a
         // lock.
@@ -410,6 +421,7 @@ impl SockAddr {
     ///
     /// `ptr` must point to a socket address valid for `'a` and as large as its family's
     /// address structure.
+    #[inline]
     pub unsafe fn from_raw<'a>(ptr: *const bindings::sockaddr) -> &'a Self {
         // SAFETY: `SockAddr` is `repr(transparent)`; validity is the caller's guarantee.
         unsafe { &*ptr.cast() }
@@ -420,6 +432,7 @@ impl SockAddr {
     }
 
     /// The address family (`AF_INET`, `AF_INET6`, ...).
+    #[inline]
     pub fn family(&self) -> u16 {
         // SAFETY: Valid by the type invariant.
         unsafe { (*self.as_raw()).sa_family }
@@ -465,11 +478,13 @@ impl<T: Operations> Setup<T> {
     }
 
     /// The hardware type (`ARPHRD_*`).
+    #[inline]
     pub fn set_type(&mut self, ty: u16) {
         self.fields().type_ = ty;
     }
 
     /// Room the stack reserves in front of packets for the link-layer header.
+    #[inline]
     pub fn set_hard_header_len(&mut self, len: u16) {
         self.fields().hard_header_len = len;
     }
@@ -496,6 +511,7 @@ impl<T: Operations> Setup<T> {
     }
 
     /// Interface flags (`IFF_*`).
+    #[inline]
     pub fn set_flags(&mut self, flags: u32) {
         self.fields().flags = flags;
     }
@@ -503,6 +519,7 @@ impl<T: Operations> Setup<T> {
     /// Keeps each packet's route attached until `start_xmit`, which the core otherwise
     /// drops early: a driver that reports path MTU problems to the stack
     /// ([`SkBuff::report_too_big`]) needs it.
+    #[inline]
     pub fn keep_dst(&mut self) {
         // SAFETY: The device is being set up by us alone.
         unsafe { bindings::netif_keep_dst(self.raw()) };
@@ -510,6 +527,7 @@ impl<T: Operations> Setup<T> {
 
     /// Offers scatter-gather: packets may come with page fragments, which the driver sends
     /// without gathering them first. On by default, switchable with `ethtool -K DEV sg`.
+    #[inline]
     pub fn set_scatter_gather(&mut self) {
         let dev = self.fields();
         dev.hw_features |= bindings::NETIF_F_SG;
@@ -519,12 +537,14 @@ impl<T: Operations> Setup<T> {
     /// Refuses VLAN devices on top (`ip link add ... type vlan` fails with `EOPNOTSUPP`): for
     /// link layers whose frames have no room for an 802.1Q tag. Fixed for the device's
     /// life.
+    #[inline]
     pub fn set_vlan_challenged(&mut self) {
         self.fields().features |= bindings::NETIF_F_VLAN_CHALLENGED;
     }
 
     /// Which port of its hardware the device is (`dev_port`, from 0), for devices that share
     /// one parent: udev names them apart by it. Also set as `dev_id`, which older tools read.
+    #[inline]
     pub fn set_dev_port(&mut self, port: u16) {
         let dev = self.fields();
         dev.dev_port = port;
@@ -533,6 +553,7 @@ impl<T: Operations> Setup<T> {
 
     /// Makes `parent` the device's parent (`SET_NETDEV_DEV`): the hardware it belongs to,
     /// which `/sys/class/net/<name>/device` links to and udev names the interface after.
+    #[inline]
     pub fn set_parent(&mut self, parent: &crate::device::Device) {
         // The core takes a reference to the parent when it registers the device, which
         // happens while `parent` is still borrowed (type invariant); an unregistered device
@@ -542,12 +563,14 @@ impl<T: Operations> Setup<T> {
 
     /// How long the transmit queue may stay stopped before [`Operations::tx_timeout`] is
     /// called (the core's default is 5 s).
+    #[inline]
     pub fn set_watchdog_timeout(&mut self, ms: u32) {
         let jiffies = crate::time::msecs_to_jiffies(ms);
         self.fields().watchdog_timeo = c_int::try_from(jiffies).unwrap_or(c_int::MAX);
     }
 
     /// Length of the transmit queue in packets.
+    #[inline]
     pub fn set_tx_queue_len(&mut self, len: u32) {
         self.fields().tx_queue_len = len;
     }
@@ -563,11 +586,13 @@ impl<T: Operations> Setup<T> {
     }
 
     /// Builds and parses the device's link-layer headers with `H` (`header_ops`).
+    #[inline]
     pub fn set_header_ops<H: super::header::Operations>(&mut self) {
         self.fields().header_ops = &HeaderAdapter::<H>::OPS;
     }
 
     /// Answers ethtool with `T`'s [`super::ethtool::Operations`] (`ethtool_ops`).
+    #[inline]
     pub fn set_ethtool_ops(&mut self)
     where
         T: super::ethtool::Operations,
@@ -579,6 +604,7 @@ impl<T: Operations> Setup<T> {
     /// interface is up, its poll function borrowing the device's data. Only during a
     /// registration's set-up (its `configure`): contexts added by [`Operations::setup`]
     /// are deleted, with an error in the kernel log.
+    #[inline]
     pub fn add_napi<P: Poll<Device = T>>(&mut self, napi: NapiContext<P>) {
         let raw = self.raw();
         // SAFETY: The device was allocated for `T` = `P::Device` and is ours alone, not
@@ -594,30 +620,35 @@ pub struct Stats64(bindings::rtnl_link_stats64);
 
 impl Stats64 {
     /// Packets and bytes received.
+    #[inline]
     pub fn set_rx(&mut self, packets: u64, bytes: u64) {
         self.0.rx_packets = packets;
         self.0.rx_bytes = bytes;
     }
 
     /// Packets and bytes sent.
+    #[inline]
     pub fn set_tx(&mut self, packets: u64, bytes: u64) {
         self.0.tx_packets = packets;
         self.0.tx_bytes = bytes;
     }
 
     /// Receive errors and drops.
+    #[inline]
     pub fn set_rx_errors(&mut self, errors: u64, dropped: u64) {
         self.0.rx_errors = errors;
         self.0.rx_dropped = dropped;
     }
 
     /// Transmit errors and drops.
+    #[inline]
     pub fn set_tx_errors(&mut self, errors: u64, dropped: u64) {
         self.0.tx_errors = errors;
         self.0.tx_dropped = dropped;
     }
 
     /// Multicast packets received.
+    #[inline]
     pub fn set_multicast(&mut self, packets: u64) {
         self.0.multicast = packets;
     }
@@ -632,11 +663,13 @@ pub struct IfName([u8; IFNAMSIZ]);
 
 impl IfName {
     /// The name's bytes, without the NUL.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         self.as_c_str().as_bytes()
     }
 
     /// The name as a C string.
+    #[inline]
     pub fn as_c_str(&self) -> &CStr {
         // The last byte is 0, so there is a first NUL.
         let len = self.0.iter().position(|&b| b == 0).unwrap_or(IFNAMSIZ - 1);
@@ -677,6 +710,7 @@ pub struct McAddrs<'a> {
 
 impl McAddrs<'_> {
     /// How many addresses the list holds (`netdev_mc_count`).
+    #[inline]
     pub fn len(&self) -> usize {
         // SAFETY: The list is locked for our lifetime (type invariant), so its count is
         // stable and may be read.
@@ -685,6 +719,7 @@ impl McAddrs<'_> {
     }
 
     /// Whether the list is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -1269,6 +1304,7 @@ impl<T: Operations> Adapter<T> {
     /// # Safety
     ///
     /// As for [`Adapter::data`].
+    #[inline]
     pub(crate) unsafe fn owned(dev: *mut bindings::net_device) -> bool {
         // SAFETY: Per the safety requirements the private area holds a `Private<T>`.
         let private = unsafe { Self::private(dev) };
@@ -1347,6 +1383,7 @@ impl<T: Operations> Registration<T> {
     }
 
     /// The device.
+    #[inline]
     pub fn device(&self) -> &NetDevice {
         // SAFETY: By the type invariant the device is valid.
         unsafe { NetDevice::from_raw(self.dev.as_ptr()) }

@@ -153,6 +153,7 @@ impl<T: Operations> AttributeTable<T> {
     }
 
     /// The group to install in `net_device::sysfs_groups[0]` before registration.
+    #[inline]
     pub(crate) fn group(&self) -> *const bindings::attribute_group {
         &self.group
     }

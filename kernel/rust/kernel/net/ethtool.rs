@@ -89,21 +89,25 @@ fn copy_str(dst: &mut [crate::ffi::c_char], s: &[u8]) {
 
 impl DrvInfo {
     /// The driver's name.
+    #[inline]
     pub fn set_driver(&mut self, s: &CStr) {
         copy_str(&mut self.0.driver, s.as_bytes());
     }
 
     /// The driver's version.
+    #[inline]
     pub fn set_version(&mut self, s: &CStr) {
         copy_str(&mut self.0.version, s.as_bytes());
     }
 
     /// The firmware's version.
+    #[inline]
     pub fn set_fw_version(&mut self, s: &[u8]) {
         copy_str(&mut self.0.fw_version, s);
     }
 
     /// Where the hardware sits (a bus address, or the name of the device carrying it).
+    #[inline]
     pub fn set_bus_info(&mut self, s: &[u8]) {
         copy_str(&mut self.0.bus_info, s);
     }

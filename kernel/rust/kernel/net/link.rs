@@ -56,6 +56,7 @@ use core::{
 /// assert_eq!(attr_size(4), 8);
 /// assert_eq!(attr_size(5), 12);
 /// ```
+#[inline]
 pub const fn attr_size(payload: usize) -> usize {
     const NLA_ALIGNTO: usize = 4;
     const NLA_HDRLEN: usize = 4;
@@ -138,6 +139,7 @@ pub struct LinkRegistration<T: Operations> {
 
 impl<T: Operations> LinkRegistration<T> {
     /// The kind, for devices and for [`LinkKind::create`].
+    #[inline]
     pub fn kind(&self) -> &Arc<LinkKind<T>> {
         &self.kind
     }
@@ -205,6 +207,7 @@ impl<T: Operations> LinkKind<T> {
 }
 
 impl<T: dev::Operations> LinkKind<T> {
+    #[inline]
     pub(crate) fn as_raw(&self) -> *mut bindings::rtnl_link_ops {
         self.ops.get()
     }
@@ -282,6 +285,7 @@ impl<T: Operations> LinkDevice<T> {
     }
 
     /// The device.
+    #[inline]
     pub fn device(&self) -> &NetDevice {
         &self.dev
     }
@@ -401,12 +405,14 @@ impl<'a> LinkAttributes<'a> {
 
     /// The attribute of type `kind` as a `u16`: `None` if absent, `EINVAL` if it holds
     /// another size.
+    #[inline]
     pub fn u16(&self, kind: u16) -> Result<Option<u16>> {
         // Netlink attributes are in host order.
         Ok(self.bytes(kind)?.map(u16::from_ne_bytes))
     }
 
     /// The attribute of type `kind` as a `u32`, as for [`LinkAttributes::u16`].
+    #[inline]
     pub fn u32(&self, kind: u16) -> Result<Option<u32>> {
         Ok(self.bytes(kind)?.map(u32::from_ne_bytes))
     }

@@ -193,19 +193,6 @@ impl<P: Poll> NapiBlock<P> {
     }
 }
 
-/// What a [`NapiHandle`] reaches of a context, whatever its poll state.
-trait Scheduled: Send + Sync {
-    /// The context.
-    fn raw(&self) -> *mut bindings::napi_struct;
-}
-
-impl<P: Poll> Scheduled for NapiBlock<P> {
-    #[inline]
-    fn raw(&self) -> *mut bindings::napi_struct {
-        self.header.napi.get()
-    }
-}
-
 /// A NAPI context whose poll function is `P`, not yet added to a device: give it to one
 /// with [`Setup::add_napi`], which takes it (a context belongs to one device).
 ///
@@ -236,8 +223,13 @@ impl<P: Poll> NapiContext<P> {
     }
 
     /// A handle that schedules the context.
+    #[inline]
     pub fn handle(&self) -> NapiHandle {
-        NapiHandle(self.0.clone())
+        // INVARIANT: The context of the block the handle keeps.
+        NapiHandle {
+            napi: self.0.header.napi.get(),
+            _block: self.0.clone(),
+        }
     }
 
     /// Adds the context to `dev`, which takes the context's reference.
@@ -294,6 +286,7 @@ unsafe fn for_each(dev: *mut bindings::net_device, mut f: impl FnMut(*mut bindin
 /// # Safety
 ///
 /// `dev` must be a valid device, ours alone.
+#[inline]
 pub(crate) unsafe fn any(dev: *mut bindings::net_device) -> bool {
     // SAFETY: `dev` is valid.
     let head = unsafe { core::ptr::addr_of_mut!((*dev).napi_list) };
@@ -388,10 +381,19 @@ unsafe extern "C" fn poll_callback<P: Poll>(
 ///
 /// # Invariants
 ///
-/// The block is a [`NapiBlock`], whose context is therefore never scheduled unless added
-/// to a live device.
+/// `napi` is the context of the [`NapiBlock`] that `_block` keeps alive, which is therefore
+/// never scheduled unless added to a live device.
 #[derive(Clone)]
-pub struct NapiHandle(Arc<dyn Scheduled>);
+pub struct NapiHandle {
+    /// Kept, rather than asked of the block, so that scheduling makes no indirect call.
+    napi: *mut bindings::napi_struct,
+    _block: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: `napi` is only scheduled, which any thread may do; the block is `Send + Sync`.
+unsafe impl Send for NapiHandle {}
+// SAFETY: As above: shared access only schedules the context.
+unsafe impl Sync for NapiHandle {}
 
 impl NapiHandle {
     /// Asks for a poll soon, unless one is pending or the context is disabled. Callable
@@ -401,7 +403,7 @@ impl NapiHandle {
         // SAFETY: The block is alive (we hold a reference); a context not yet added, disabled
         // or deleted has its SCHED bit set, which makes this a no-op, and an added one is
         // on a live device (type invariants).
-        unsafe { schedule(self.0.raw()) }
+        unsafe { schedule(self.napi) }
     }
 }
 
@@ -527,6 +529,7 @@ impl<'a> Budget<'a> {
     /// # Safety
     ///
     /// `napi` must be the context being polled, in the round whose budget is `limit`.
+    #[inline]
     pub(crate) unsafe fn new(napi: &'a Napi, limit: u32) -> Self {
         // INVARIANT: As the caller guarantees; nothing has completed the round yet.
         Self { napi, limit }
@@ -540,6 +543,7 @@ impl<'a> Budget<'a> {
 
     /// Ends the round with the whole budget used: the context stays scheduled and the core
     /// polls it again.
+    #[inline]
     pub fn exhausted(self) -> Polled {
         Polled(self.limit)
     }
@@ -569,6 +573,7 @@ pub struct Polled(u32);
 
 impl Polled {
     /// The packets handled.
+    #[inline]
     pub fn work_done(&self) -> u32 {
         self.0
     }

@@ -9,6 +9,7 @@ use crate::bindings;
 
 /// How often the ARP table collects idle entries (`net.ipv4.neigh.default.gc_interval`),
 /// in milliseconds. Drivers that cache state per destination age it at the same pace.
+#[inline]
 pub fn arp_gc_interval_ms() -> u32 {
     // SAFETY: `arp_tbl` is a static object of the kernel; only the address of its field is
     // taken, no reference (sysctl writes it meanwhile).

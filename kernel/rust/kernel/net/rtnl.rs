@@ -29,6 +29,7 @@ impl Rtnl {
     /// # Safety
     ///
     /// The current task must hold RTNL for `'a`.
+    #[inline]
     pub(crate) unsafe fn assume_held<'a>() -> &'a Rtnl {
         // INVARIANT: The caller guarantees RTNL is held for `'a`.
         &Rtnl {
@@ -100,6 +101,7 @@ impl Drop for RtnlGuard {
 /// Makes the current system call restart once the task returns to user space (after a
 /// signal check), for a caller that could not take a lock it needs; returns the error to
 /// give back.
+#[inline]
 pub fn restart_syscall() -> Error {
     // SAFETY: `restart_syscall` only sets a flag on the current task, which matters only on
     // the way back from a system call: harmless anywhere else.

@@ -364,6 +364,7 @@ impl<O: Ownership> SkBuff<O> {
 
     /// The linear part of the data, writable. Data shared with clones is copied first, so
     /// this may fail with `ENOMEM`.
+    #[inline]
     pub fn data_mut(&mut self) -> Result<&mut [u8]> {
         // SAFETY: The skb is valid; `skb_cow` makes its linear data private to it.
         to_result(unsafe { bindings::skb_cow(self.raw(), 0) })?;
@@ -717,6 +718,7 @@ impl<O: Ownership> SkBuff<O> {
 
     /// Moves all data into the linear part, for a device that cannot gather this many
     /// fragments. `ENOMEM` when the larger head cannot be allocated (atomically).
+    #[inline]
     pub fn linearize(&mut self) -> Result {
         // SAFETY: By the type invariant the skb is valid and held exclusively by us.
         to_result(unsafe { bindings::skb_linearize(self.raw()) })

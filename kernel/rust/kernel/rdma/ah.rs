@@ -442,6 +442,7 @@ impl SendClock {
     }
 
     /// How many handles wait for a send to be taken back (or for a reap).
+    #[inline]
     pub(crate) fn waiting(&self) -> usize {
         self.graves.lock().len
     }

@@ -53,6 +53,7 @@ impl GidAttr {
     }
 
     /// The GID.
+    #[inline]
     pub fn gid(&self) -> Gid {
         // SAFETY: By the type invariant the attributes are valid, and not changed while
         // referenced.
@@ -71,11 +72,13 @@ impl GidAttr {
     }
 
     /// The entry's GID type as the core names it (`enum ib_gid_type`).
+    #[inline]
     pub(crate) fn raw_gid_type(&self) -> bindings::ib_gid_type {
         // SAFETY: By the type invariant the attributes are valid and immutable.
         unsafe { (*self.0.as_ptr()).gid_type }
     }
 
+    #[inline]
     pub(crate) fn as_raw(&self) -> *const bindings::ib_gid_attr {
         self.0.as_ptr()
     }
@@ -173,6 +176,7 @@ impl PathRecord {
 ///
 /// assert!((0..64).all(|_| random_psn() <= 0xff_ffff));
 /// ```
+#[inline]
 pub fn random_psn() -> u32 {
     // SAFETY: `get_random_u32` has no preconditions and may be called in any context.
     unsafe { bindings::get_random_u32() & 0xff_ffff }
@@ -358,18 +362,21 @@ impl CmIdRef {
     }
 
     /// Confirms the peer's reply: the connection is established.
+    #[inline]
     pub fn send_rtu(&self) -> Result {
         // SAFETY: The identifier is valid; no private data.
         to_result(unsafe { bindings::ib_send_cm_rtu(self.raw(), core::ptr::null(), 0) })
     }
 
     /// Asks the peer to disconnect.
+    #[inline]
     pub fn send_dreq(&self) -> Result {
         // SAFETY: The identifier is valid; no private data.
         to_result(unsafe { bindings::ib_send_cm_dreq(self.raw(), core::ptr::null(), 0) })
     }
 
     /// Answers the peer's disconnect request.
+    #[inline]
     pub fn send_drep(&self) -> Result {
         // SAFETY: The identifier is valid; no private data.
         to_result(unsafe { bindings::ib_send_cm_drep(self.raw(), core::ptr::null(), 0) })
@@ -403,6 +410,7 @@ impl CmIdRef {
     }
 
     /// Moves `qp` to `state` (RTR or RTS) with the attributes the CM negotiated.
+    #[inline]
     pub fn modify_qp<B: RecvBuffer>(&self, qp: &QueuePair<B>, state: QpState) -> Result {
         self.modify_qp_psn(qp, state, None)
     }
@@ -411,6 +419,7 @@ impl CmIdRef {
     /// starting PSN of our reply yet, so the receive PSN is given here and must be the one
     /// passed to [`CmIdRef::send_rep`]. A sender that finds no receive buffer is told to
     /// wait `rnr_timer` (the CM would have it wait the longest, 655 ms).
+    #[inline]
     pub fn modify_qp_for_rep<B: RecvBuffer>(
         &self,
         qp: &QueuePair<B>,
@@ -581,12 +590,14 @@ impl<T: Handler> CmId<T> {
     }
 
     /// The handler of this identifier.
+    #[inline]
     pub fn handler(&self) -> ArcBorrow<'_, T> {
         // SAFETY: By the type invariant the context is our `Arc<T>`, released only in `drop`.
         unsafe { self.id().context::<T>() }
     }
 
     /// The identifier, to send messages with.
+    #[inline]
     pub fn id(&self) -> &CmIdRef {
         // SAFETY: By the type invariant the identifier is live while `self` exists.
         unsafe { CmIdRef::from_raw(self.id.as_ptr()) }
@@ -615,6 +626,7 @@ pub struct Request<'a> {
 
 impl<'a> Request<'a> {
     /// The private data of the request (92 bytes as received).
+    #[inline]
     pub fn private_data(&self) -> &'a [u8] {
         let len = bindings::ib_cm_data_size_IB_CM_REQ_PRIVATE_DATA_SIZE as usize;
         // SAFETY: For a REQ the CM passes this many bytes of private data.
@@ -632,6 +644,7 @@ impl<'a> Request<'a> {
     }
 
     /// The requester's queue pair.
+    #[inline]
     pub fn remote_qpn(&self) -> u32 {
         // SAFETY: For a REQ the CM fills the `req_rcvd` member of the union.
         unsafe { self.ev.param.req_rcvd.remote_qpn }
@@ -639,6 +652,7 @@ impl<'a> Request<'a> {
 
     /// How often the requester's queue pair retries when ours has no receive buffer (7:
     /// forever); C IPoIB peers echo it in their reply.
+    #[inline]
     pub fn rnr_retry_count(&self) -> u8 {
         // Not bindgen's bit-field accessor: it reads the wrong bits (see the C helper).
         // SAFETY: As for `remote_qpn`.
@@ -648,12 +662,14 @@ impl<'a> Request<'a> {
     }
 
     /// The port the request arrived on.
+    #[inline]
     pub fn port(&self) -> u32 {
         // SAFETY: As for `remote_qpn`.
         u32::from(unsafe { self.ev.param.req_rcvd.port })
     }
 
     /// The new identifier, to reply with.
+    #[inline]
     pub fn id(&self) -> &CmIdRef {
         self.id
     }

@@ -181,6 +181,7 @@ impl<H: CompletionHandler> CompletionQueue<H> {
     /// Moderates completion events: one after `count` completions or `period_us`
     /// microseconds, whichever comes first (0 and 0: an event per completion). `EOPNOTSUPP`
     /// where the device cannot.
+    #[inline]
     pub fn set_moderation(&self, count: u16, period_us: u16) -> Result {
         // SAFETY: `cq` is valid.
         to_result(unsafe { bindings::rdma_set_cq_moderation(self.cq.as_ptr(), count, period_us) })
@@ -291,6 +292,7 @@ unsafe impl Sync for WorkCompletion {}
 
 impl WorkCompletion {
     /// An empty completion, to poll into.
+    #[inline]
     pub const fn new() -> Self {
         // SAFETY: `ib_wc` is integers, C enums and pointers, for which zero is valid.
         // INVARIANT: Null pointers, never dereferenced.

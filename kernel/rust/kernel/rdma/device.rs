@@ -38,6 +38,7 @@ impl Device {
     /// # Safety
     ///
     /// `ptr` must point to a registered `struct ib_device` that stays valid for `'a`.
+    #[inline]
     pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
         // CAST: `Device` is `repr(transparent)` over `Opaque<bindings::ib_device>`, which has
         // the layout of `bindings::ib_device`.
@@ -124,6 +125,7 @@ impl Device {
     }
 
     /// Scatter/gather entries a send work request may have on this device.
+    #[inline]
     pub fn max_send_sge(&self) -> u32 {
         // SAFETY: By the type invariant the device is valid; its attributes are set before
         // registration and fixed afterwards.
@@ -132,6 +134,7 @@ impl Device {
     }
 
     /// Entries a completion queue may have on this device.
+    #[inline]
     pub fn max_cqe(&self) -> u32 {
         // SAFETY: As for `max_send_sge`.
         let n = unsafe { (*self.as_raw()).attrs.max_cqe };
@@ -391,6 +394,7 @@ impl Mtu {
     }
 
     /// The MTU in bytes.
+    #[inline]
     pub fn bytes(self) -> u32 {
         128 << (self as u32)
     }
@@ -458,6 +462,7 @@ impl PortAttr {
     }
 
     /// The MTU in use on the link, `None` if the driver reported none.
+    #[inline]
     pub fn active_mtu(&self) -> Option<Mtu> {
         Mtu::from_raw(self.0.active_mtu)
     }
@@ -488,21 +493,25 @@ impl PortAttr {
     }
 
     /// The largest MTU the port supports, `None` if the driver reported none.
+    #[inline]
     pub fn max_mtu(&self) -> Option<Mtu> {
         Mtu::from_raw(self.0.max_mtu)
     }
 
     /// The port's LID (InfiniBand only; zero on RoCE).
+    #[inline]
     pub fn lid(&self) -> u32 {
         self.0.lid
     }
 
     /// Number of entries in the GID table.
+    #[inline]
     pub fn gid_table_len(&self) -> u32 {
         u32::try_from(self.0.gid_tbl_len).unwrap_or(0)
     }
 
     /// Number of entries in the P_Key table.
+    #[inline]
     pub fn pkey_table_len(&self) -> u16 {
         self.0.pkey_tbl_len
     }

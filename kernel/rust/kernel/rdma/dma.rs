@@ -247,6 +247,7 @@ impl DmaBuffer {
     }
 
     /// Whether the buffer has no bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.0.buf.is_empty()
     }
@@ -258,6 +259,7 @@ impl DmaBuffer {
     }
 
     /// The bytes, for the CPU to fill.
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         self.0.buf.as_mut_slice()
     }
@@ -378,6 +380,7 @@ impl PageSegments {
     }
 
     /// Whether there are none.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.pages.is_empty()
     }
@@ -566,6 +569,7 @@ impl ScatterBuffer {
     }
 
     /// The head segment.
+    #[inline]
     pub fn head(&self) -> &[u8] {
         self.head.as_slice()
     }

@@ -121,6 +121,7 @@ impl<T: EventHandler> EventRegistration<T> {
 
 impl<T: EventHandler> EventRegistration<T> {
     /// The registered handler.
+    #[inline]
     pub fn handler(&self) -> &Arc<T> {
         &self.data
     }

@@ -269,11 +269,13 @@ impl RnrTimer {
     }
 
     /// The code the wire carries.
+    #[inline]
     pub const fn code(self) -> u8 {
         self.0
     }
 
     /// The wait, in microseconds.
+    #[inline]
     pub const fn micros(self) -> u32 {
         Self::MICROS[self.0 as usize]
     }
@@ -469,6 +471,7 @@ pub(crate) struct RecvRing<B: RecvBuffer> {
 }
 
 impl<B: RecvBuffer> RecvRing<B> {
+    #[inline]
     pub(crate) fn new(n: u32) -> Result<Self> {
         Ok(Self {
             slots: WorkSlots::new(n)?,
@@ -584,6 +587,7 @@ impl<B: RecvBuffer> RecvRing<B> {
 
     /// Leaks every posted buffer, for a queue the device may still write to (its destroy
     /// failed): never freed, they stay valid for it.
+    #[inline]
     pub(crate) fn leak_all(&self) {
         self.slots.drain(core::mem::forget);
     }
@@ -656,16 +660,19 @@ impl QpChange {
     }
 
     /// To INIT, from RESET (or INIT again).
+    #[inline]
     pub fn to_init() -> Self {
         Self::to(bindings::ib_qp_state_IB_QPS_INIT)
     }
 
     /// To ready-to-receive, from INIT.
+    #[inline]
     pub fn to_ready_to_receive() -> Self {
         Self::to(bindings::ib_qp_state_IB_QPS_RTR)
     }
 
     /// To ready-to-send, from ready-to-receive (or from SQE/SQD back).
+    #[inline]
     pub fn to_ready_to_send() -> Self {
         Self::to(bindings::ib_qp_state_IB_QPS_RTS)
     }
@@ -679,6 +686,7 @@ impl QpChange {
     }
 
     /// The port the queue pair sends from.
+    #[inline]
     pub fn port(mut self, port: u32) -> Self {
         self.attr.port_num = port;
         self.mask |= bindings::ib_qp_attr_mask_IB_QP_PORT;
@@ -686,6 +694,7 @@ impl QpChange {
     }
 
     /// The index of its partition key in the port's P_Key table.
+    #[inline]
     pub fn pkey_index(mut self, index: u16) -> Self {
         self.attr.pkey_index = index;
         self.mask |= bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX;
@@ -693,6 +702,7 @@ impl QpChange {
     }
 
     /// The Q_Key a datagram must carry to be taken (UD).
+    #[inline]
     pub fn qkey(mut self, qkey: u32) -> Self {
         self.attr.qkey = qkey;
         self.mask |= bindings::ib_qp_attr_mask_IB_QP_QKEY;
@@ -700,6 +710,7 @@ impl QpChange {
     }
 
     /// The first send's packet sequence number (24 bits).
+    #[inline]
     pub fn send_psn(mut self, psn: u32) -> Self {
         self.attr.sq_psn = psn & 0xff_ffff;
         self.mask |= bindings::ib_qp_attr_mask_IB_QP_SQ_PSN;
@@ -708,6 +719,7 @@ impl QpChange {
 
     /// Received messages may be written to local memory (the only access a connected
     /// queue pair of ours needs: no memory is registered for remote access).
+    #[inline]
     pub fn local_write(mut self) -> Self {
         self.attr.qp_access_flags = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32;
         self.mask |= bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
@@ -795,6 +807,7 @@ impl QueuePair {
     /// Creates a queue pair of type `qp_type` in `pd`, completing sends on `send_cq` and
     /// receives on `recv_cq`. Every send is signalled. `owner` names the creating module in
     /// the core's resource tracking.
+    #[inline]
     pub fn new(
         qp_type: QpType,
         pd: &Arc<ProtectionDomain>,
@@ -810,6 +823,7 @@ impl QueuePair {
     /// As [`QueuePair::new`], with `events` receiving the queue pair's asynchronous events
     /// until it is destroyed.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn with_events(
         qp_type: QpType,
         pd: &Arc<ProtectionDomain>,
@@ -962,6 +976,7 @@ impl<B: RecvBuffer> QueuePair<B> {
 
     /// Makes an address handle for `attr`, for sends of this queue pair only (UD; `EINVAL`
     /// for another transport). May sleep.
+    #[inline]
     pub fn address_handle(&self, attr: &AhAttr) -> Result<Arc<AddressHandle>> {
         let clock = self.clock.as_ref().ok_or(EINVAL)?;
         AddressHandle::new(&self.pd, clock, attr)
@@ -970,11 +985,13 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Destroys the address handles made for this queue pair that were dropped and that no
     /// send in flight uses; returns how many. Process context: the others wait for the
     /// next call, or for the queue pair's destruction.
+    #[inline]
     pub fn reap_address_handles(&self) -> usize {
         self.clock.as_ref().map_or(0, |c| c.reap())
     }
 
     /// How many dropped address handles wait for a send in flight (or for a reap).
+    #[inline]
     pub fn address_handles_waiting(&self) -> usize {
         self.clock.as_ref().map_or(0, |c| c.waiting())
     }
@@ -986,12 +1003,14 @@ impl<B: RecvBuffer> QueuePair<B> {
     }
 
     /// The transport of this queue pair.
+    #[inline]
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }
 
     /// Applies `attr` under `mask` as it is (the core checks the attributes against the
     /// transition and the transport).
+    #[inline]
     pub(crate) fn modify_raw(&self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result {
         // SAFETY: `qp` is valid and `attr` is valid for the call.
         to_result(unsafe { bindings::ib_modify_qp(self.qp.as_ptr(), attr, mask as i32) })
@@ -1000,12 +1019,14 @@ impl<B: RecvBuffer> QueuePair<B> {
     /// Applies `change` (process context). Attributes the transition does not take, or a
     /// required one missing, give `EINVAL` from the core (IBTA's table of QP attributes
     /// per transition and transport).
+    #[inline]
     pub fn modify(&self, change: &QpChange) -> Result {
         let mut attr = change.attr;
         self.modify_raw(&mut attr, change.mask)
     }
 
     /// Moves the queue pair to the error state: posted work completes as flushed.
+    #[inline]
     pub fn set_error(&self) -> Result {
         let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_ERR);
         self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
@@ -1073,6 +1094,7 @@ impl<B: RecvBuffer> QueuePair<B> {
 
     /// Restarts a send queue stopped by an error (state SQE, unreliable transports): back
     /// to ready-to-send.
+    #[inline]
     pub fn restart_send_queue(&self) -> Result {
         let mut attr = qp_attr(bindings::ib_qp_state_IB_QPS_RTS);
         self.modify_raw(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE)
@@ -1353,6 +1375,7 @@ impl<B: RecvBuffer> QueuePair<B> {
 
     /// Sends posted and not yet completed through this object. Their buffers are freed with
     /// the queue pair if it is dropped first.
+    #[inline]
     pub fn sends_in_flight(&self) -> usize {
         self.send.used()
     }

@@ -141,17 +141,20 @@ impl PathRecord {
     }
 
     /// The destination GID.
+    #[inline]
     pub fn dgid(&self) -> Gid {
         // SAFETY: Every bit pattern of the union is a valid byte array.
         Gid(unsafe { self.0.dgid.raw })
     }
 
     /// The path MTU; `None` for a value no [`Mtu`] names.
+    #[inline]
     pub fn mtu(&self) -> Option<Mtu> {
         Mtu::from_raw(u32::from(self.0.mtu))
     }
 
     /// The destination LID (InfiniBand).
+    #[inline]
     pub fn dlid(&self) -> u16 {
         // SAFETY: Every bit pattern of the union is a valid record; InfiniBand paths use
         // its `ib` member (OPA LIDs are not asked for).
@@ -159,6 +162,7 @@ impl PathRecord {
     }
 
     /// The service level.
+    #[inline]
     pub fn sl(&self) -> u8 {
         self.0.sl
     }
@@ -460,35 +464,42 @@ impl McMemberRecord {
     }
 
     /// The group.
+    #[inline]
     pub fn mgid(&self) -> Gid {
         // SAFETY: Every bit pattern of the union is a valid byte array.
         Gid(unsafe { self.rec.mgid.raw })
     }
 
     /// The group's Q_Key.
+    #[inline]
     pub fn qkey(&self) -> u32 {
         u32::from_be(self.rec.qkey)
     }
 
     /// The group's multicast LID (InfiniBand).
+    #[inline]
     pub fn mlid(&self) -> u16 {
         u16::from_be(self.rec.mlid)
     }
 
     /// The group's MTU; `None` for a value no [`Mtu`] names.
+    #[inline]
     pub fn mtu(&self) -> Option<Mtu> {
         Mtu::from_raw(u32::from(self.rec.mtu))
     }
 
     /// The group's service level.
+    #[inline]
     pub fn sl(&self) -> u8 {
         self.rec.sl
     }
 
+    #[inline]
     pub(crate) fn raw(&self) -> &bindings::ib_sa_mcmember_rec {
         &self.rec
     }
 
+    #[inline]
     pub(crate) fn gid_type(&self) -> bindings::ib_gid_type {
         self.gid_type
     }

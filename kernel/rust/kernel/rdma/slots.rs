@@ -205,6 +205,7 @@ impl<T> WorkSlots<T> {
 
     /// Renews the serial: completions of requests posted so far match none posted from now
     /// on (a reset, before it takes the slots back).
+    #[inline]
     pub(crate) fn renew(&self) {
         self.serial.store(next_serial(), Ordering::Relaxed);
     }

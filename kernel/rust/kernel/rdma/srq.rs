@@ -137,6 +137,7 @@ impl<B: RecvBuffer> SharedQueue for SharedReceiveQueue<B> {
 
 impl SharedReceiveQueue {
     /// Whether `device` offers shared receive queues.
+    #[inline]
     pub fn supported(device: &Device) -> bool {
         // SAFETY: The device is valid; its attributes are set before registration and do not
         // change afterwards.
@@ -147,6 +148,7 @@ impl SharedReceiveQueue {
 impl<B: RecvBuffer> SharedReceiveQueue<B> {
     /// Creates a shared receive queue in `pd` for `max_wr` buffers of up to `max_sge`
     /// segments each.
+    #[inline]
     pub fn new(pd: &Arc<ProtectionDomain>, max_wr: u32, max_sge: u32) -> Result<Arc<Self>> {
         Self::with_events(pd, max_wr, max_sge, None)
     }
@@ -248,6 +250,7 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
 
     /// Posts `buf` for the next message any attached queue pair receives. On failure the
     /// buffer is freed.
+    #[inline]
     pub fn post_recv(&self, buf: B) -> Result {
         let post = self.poster()?;
         let device = (self.pd.device(), self.pd.local_dma_lkey());
@@ -281,6 +284,7 @@ impl<B: RecvBuffer> SharedReceiveQueue<B> {
     /// Takes back the buffer of the receive that `wc` (from any attached queue pair)
     /// completes, synchronised for the CPU, and uses `wc` up; `None` if `wc` is not one of
     /// ours, or was used up already.
+    #[inline]
     pub fn complete_recv(&self, wc: &mut WorkCompletion) -> Option<B> {
         self.ring.complete(wc)
     }

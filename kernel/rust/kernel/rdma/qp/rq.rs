@@ -60,6 +60,7 @@ impl<P> RecvState<P> {
     }
 
     /// Buffers posted and not taken back (counted: asked for seldom, outside the datapath).
+    #[inline]
     pub(crate) fn posted(&self) -> usize {
         self.slots.iter().filter(|slot| slot.is_some()).count()
     }
@@ -94,12 +95,14 @@ impl<P> RecvState<P> {
     }
 
     /// Renews the serial: completions of the requests posted so far name no slot any more.
+    #[inline]
     pub(crate) fn renew(&mut self) {
         self.serial = next_serial();
     }
 
     /// Takes one posted buffer out, whatever its request, for a device that no longer
     /// writes to any (a reset, a failed destroy).
+    #[inline]
     pub(crate) fn take_any(&mut self) -> Option<P> {
         self.slots.iter_mut().find_map(Option::take)
     }
@@ -196,6 +199,7 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
     }
 
     /// Buffers posted and not completed.
+    #[inline]
     pub fn posted(&self) -> usize {
         self.state.posted()
     }
