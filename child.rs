@@ -27,7 +27,6 @@ use kernel::{
     net::{
         dev::{NetDevice, Setup},
         link::{self, LinkDevice, LinkKind, NewLink},
-        napi::{NapiContext, NapiHandle, Poll},
         rtnl::{Rtnl, RtnlGuard},
     },
     new_mutex,
@@ -41,19 +40,19 @@ use kernel::{
 pub(crate) trait ChildInterface: DebugView + Sized + 'static {
     /// The operations their net_devices are registered with.
     type Ops: link::Operations<Data = Arc<Self>>;
-    /// The poll function of their NAPI contexts.
-    type Poll: Poll<Device = Self::Ops> + Default;
+    /// The NAPI contexts of an interface, made before it, driven by it and added to its
+    /// net_device.
+    type Contexts;
+    /// Makes the NAPI contexts of a new interface.
+    fn contexts() -> Result<Self::Contexts>;
     /// The interface's children (none for a child).
     fn children(&self) -> &Children<Self>;
     /// The partition, full-membership bit set.
     fn pkey(&self) -> u16;
     /// The hardware address.
     fn hw_addr(&self) -> HwAddr;
-    /// Completes the set-up of the interface's net_device, whose NAPI context is `napi`.
-    fn configure(
-        &self,
-        napi: NapiContext<Self::Poll>,
-    ) -> impl FnOnce(&mut Setup<Self::Ops>) -> Result;
+    /// Completes the set-up of the interface's net_device, whose NAPI contexts are `napi`.
+    fn configure(&self, napi: Self::Contexts) -> impl FnOnce(&mut Setup<Self::Ops>) -> Result;
     /// The interface's net_device is registered as `dev` (its name is now known).
     fn registered(&self, dev: &NetDevice);
     /// Takes the handle that renames the interface's debugfs files.
@@ -64,7 +63,7 @@ pub(crate) trait ChildInterface: DebugView + Sized + 'static {
         parent: &Arc<Self>,
         parent_dev: &NetDevice,
         pkey: u16,
-        napi: &NapiHandle,
+        napi: &Self::Contexts,
     ) -> Result<Arc<Self>>;
     /// Waits for the interface's work (once its net_device is unregistered).
     fn flush_work(&self);
@@ -218,8 +217,8 @@ impl<I: ChildInterface> Children<I> {
                 list.entries.reserve(1, GFP_KERNEL)?;
             }
         }
-        let napi = NapiContext::new(I::Poll::default())?;
-        let interface = I::new_child(port, parent, full, &napi.handle()).inspect_err(|e| {
+        let napi = I::contexts()?;
+        let interface = I::new_child(port, parent, full, &napi).inspect_err(|e| {
             pr_info!("{name}: no child in partition 0x{full:04x} ({e:?})\n");
         })?;
         let hw_addr = interface.hw_addr();

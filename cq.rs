@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Completion events: every completion queue of an interface drives its NAPI context.
+//! Completion events: every completion queue of an interface drives one of its NAPI
+//! contexts, as in C: send queues the send context, receive queues the receive one.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
@@ -8,6 +9,16 @@ use kernel::{
     rdma::cq::{CompletionHandler, CompletionQueue},
     sync::Arc,
 };
+
+/// The handles of an interface's two NAPI contexts.
+#[derive(Clone)]
+pub(crate) struct NapiHandles {
+    /// Send completions, packets held for an address handle or a connection, the queue's
+    /// wake-up.
+    pub(crate) send: NapiHandle,
+    /// Received packets.
+    pub(crate) recv: NapiHandle,
+}
 
 /// Queues looked at together, each with a request of its own (the transmit connections'):
 /// one of them asked for a look since NAPI last took the group's request. A round that
@@ -31,9 +42,9 @@ impl CqGroup {
     }
 }
 
-/// Events of one completion queue: each schedules the interface's NAPI poll and remembers
-/// that this queue needs polling, so a round polls and re-arms only the queues that fired
-/// (as C's separate receive and send NAPI rounds touch one queue each).
+/// Events of one completion queue: each schedules the NAPI context the queue belongs to and
+/// remembers that this queue needs polling, so a round polls and re-arms only the queues
+/// that fired.
 ///
 /// Whoever takes the request ([`CqEvents::take`]) polls the queue and then re-arms it, or
 /// puts the request back ([`CqEvents::kick`], [`CqEvents::mark`]): a queue without a

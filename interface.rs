@@ -13,6 +13,7 @@
 
 use crate::{
     child::{Children, Maker, Role},
+    cq::NapiHandles,
     debugfs::{DebugName, DebugView},
     ethtool::{self, EthtoolState},
     fabric::{Answered, SaOwner, SaPort},
@@ -173,7 +174,8 @@ pub(crate) struct Interface {
     /// `umcast`: groups user space joined through the subnet administrator are left to
     /// it. Without one (RoCE) there are none, so the setting changes nothing there.
     umcast: AtomicBool,
-    pub(crate) napi: NapiHandle,
+    /// The NAPI context that sends held packets once their address handles exist.
+    send_napi: NapiHandle,
     /// Whether the port passes traffic, as last queried or reported by a port event. Kept
     /// here because querying a RoCE port takes RTNL, which `open` already holds.
     active: AtomicBool,
@@ -213,14 +215,14 @@ pub(crate) struct Interface {
 }
 
 impl Interface {
-    /// Sets up the interface of `port` of `device`, whose NAPI context is `napi`: its parts,
+    /// Sets up the interface of `port` of `device`, whose NAPI contexts are `napi`: its parts,
     /// and on RoCE the broadcast group joined. On InfiniBand its subnet administrator is
     /// asked through `sa_client`. `maker` makes its children.
     pub(crate) fn new(
         device: &Device,
         port: u32,
         facts: &PortFacts,
-        napi: &NapiHandle,
+        napi: &NapiHandles,
         sa_client: &Arc<SaClient>,
         maker: Maker<Interface>,
     ) -> Result<Arc<Self>> {
@@ -249,7 +251,7 @@ impl Interface {
         this: &Arc<Self>,
         parent: &NetDevice,
         pkey: u16,
-        napi: &NapiHandle,
+        napi: &NapiHandles,
     ) -> Result<Arc<Self>> {
         let pkey_index = this.device.find_pkey(this.port, pkey)?;
         let mut facts = this.facts;
@@ -380,7 +382,7 @@ impl Interface {
         facts: &PortFacts,
         sa: Option<Arc<SaPort>>,
         (pkey, pkey_index): (u16, Option<u16>),
-        napi: &NapiHandle,
+        napi: &NapiHandles,
         role: Role<Interface>,
         maker: Option<Maker<Interface>>,
     ) -> Result<Arc<Self>> {
@@ -430,7 +432,7 @@ impl Interface {
                 ud.recv_cq().clone(),
                 credits.clone(),
                 counters.clone(),
-                napi,
+                &napi.send,
             )
             .inspect_err(|e| pr_warn!("{log_name}: connected mode unavailable ({e:?})\n"))
             .ok()
@@ -488,7 +490,7 @@ impl Interface {
                 counters,
                 umcast: AtomicBool::new(false),
                 cm,
-                napi: napi.clone(),
+                send_napi: napi.send.clone(),
                 active: AtomicBool::new(facts.active),
                 up: AtomicBool::new(false),
                 flushes: PendingFlushes::new(),
@@ -701,7 +703,7 @@ impl Interface {
         if joins {
             let _ = workqueue::system().enqueue::<_, MCAST_WORK>(self.clone());
         }
-        self.napi.schedule();
+        self.send_napi.schedule();
     }
 
     /// Joins and leaves multicast groups and takes the SA's answers in (the multicast work
@@ -734,7 +736,7 @@ impl Interface {
             self.paths.drop_held(mgid);
         }
         if sends {
-            self.napi.schedule();
+            self.send_napi.schedule();
         }
         // The handles of the groups left go once no send uses them.
         self.ud.qp().reap_address_handles();
@@ -772,20 +774,45 @@ impl Interface {
         }
     }
 
-    /// NAPI: handles up to `budget` receives and all send completions, sends the held
-    /// packets whose handles now exist and what waits on connections; completes the round
-    /// unless the budget was used up.
-    pub(crate) fn poll(&self, napi: &Napi, budget: Budget<'_>, wcs: &mut Completions) -> Polled {
+    /// The send NAPI context: handles the send completions, sends the held packets whose
+    /// handles now exist and what waits on connections, and wakes a stopped queue; completes
+    /// the round (and asks for another if connections still have packets waiting).
+    pub(crate) fn poll_send(
+        &self,
+        napi: &Napi,
+        budget: Budget<'_>,
+        wcs: &mut Completions,
+    ) -> Polled {
         let dev = napi.device();
         let mut tally = Tally::new(&self.counters);
         // Send completions free their packets, return credits and restart a stopped queue.
         self.ud.poll_sends(dev, self.is_up(), wcs, &mut tally);
         self.paths.send_ready(&self.ud, dev);
-        let mut again = match &self.cm {
+        let again = match &self.cm {
             Some(cm) => cm.poll_tx(dev, wcs, &mut tally),
             None => false,
         };
         self.credits.wake_if_room(dev);
+        drop(tally);
+        let (polled, completed) = budget.complete(0);
+        if again && completed {
+            napi.schedule_again();
+        }
+        if self.ud.take_recovery_due() {
+            UdDatapath::schedule_recovery(self.ud.as_arc_borrow());
+        }
+        polled
+    }
+
+    /// The receive NAPI context: handles up to `budget` received packets, on the UD queue
+    /// pair and on connections; completes the round unless the budget was used up.
+    pub(crate) fn poll_recv(
+        &self,
+        napi: &Napi,
+        budget: Budget<'_>,
+        wcs: &mut Completions,
+    ) -> Polled {
+        let mut tally = Tally::new(&self.counters);
         let recvs = self.ud.take_recvs();
         let done = if recvs {
             self.ud
@@ -806,10 +833,7 @@ impl Interface {
         if recvs {
             self.ud.recvs_polled(completed);
         }
-        again &= completed;
-        if again {
-            napi.schedule_again();
-        }
+        drop(tally);
         if self.ud.take_recovery_due() {
             UdDatapath::schedule_recovery(self.ud.as_arc_borrow());
         }

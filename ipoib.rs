@@ -17,7 +17,6 @@ use kernel::{
     net::{
         dev::{NetDevice, Registration, SockAddr},
         link::{LinkKind, LinkRegistration},
-        napi::NapiContext,
     },
     prelude::*,
     rdma::{
@@ -65,7 +64,7 @@ use interface::{Interface, PortFacts};
 
 /// The name the core's resource tracking shows for our queues and queue pairs.
 pub(crate) const OWNER: &CStr = c_str!("ib_ipoib");
-use netdev::{IpoibNetdev, IpoibPoll};
+use netdev::{Contexts, IpoibNetdev};
 
 module! {
     type: IpoibModule,
@@ -337,13 +336,13 @@ impl Client for IpoibClient {
 
 /// Creates the interface of `port`.
 fn add_port(ctx: &ClientContext, device: &Device, port: u32) -> Result<IpoibPort> {
-    let napi = NapiContext::new(IpoibPoll::default())?;
+    let napi = Contexts::new()?;
     let facts = PortFacts::query(device, port)?;
     let maker = child::Maker::<Interface> {
         kind: ctx.link_kind.clone(),
         debug_root: ctx.debug_root.clone(),
     };
-    let interface = Interface::new(device, port, &facts, &napi.handle(), &ctx.sa_client, maker)?;
+    let interface = Interface::new(device, port, &facts, &napi.handles(), &ctx.sa_client, maker)?;
     let mut netdev = Registration::<IpoibNetdev>::new(
         c_str!("ib%d"),
         interface.local().as_bytes(),

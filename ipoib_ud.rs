@@ -17,7 +17,7 @@
 //! handed back to the caller of [`UdDatapath::poll_recvs`].
 
 use crate::{
-    cq::{self, CqEvents},
+    cq::{self, CqEvents, NapiHandles},
     local_gid::LocalGid,
     log_name::LogName,
     partition::PartitionIndex,
@@ -30,7 +30,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
     net::{
         dev::NetDevice,
-        napi::{Napi, NapiHandle},
+        napi::Napi,
         skb::{DropReason, PacketType, SkBuff},
     },
     prelude::*,
@@ -197,7 +197,7 @@ impl UdDatapath {
         device: &Device,
         pd: &Arc<ProtectionDomain>,
         config: UdConfig,
-        napi: &NapiHandle,
+        napi: &NapiHandles,
         credits: Arc<SendCredits>,
         counters: Arc<Counters>,
     ) -> Result<Arc<Self>> {
@@ -213,8 +213,8 @@ impl UdDatapath {
             lid,
             broadcast,
         } = config;
-        let send_events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
-        let recv_events = Arc::new(CqEvents::new(napi.clone()), GFP_KERNEL)?;
+        let send_events = Arc::new(CqEvents::new(napi.send.clone()), GFP_KERNEL)?;
+        let recv_events = Arc::new(CqEvents::new(napi.recv.clone()), GFP_KERNEL)?;
         let send_cq = CompletionQueue::new(device, send_ring + 1, 0, send_events, crate::OWNER)?;
         let recv_cq = CompletionQueue::new(device, recv_cqe, 0, recv_events, crate::OWNER)?;
         let caps = QpCaps {

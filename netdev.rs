@@ -7,6 +7,7 @@
 
 use crate::{
     child::{parse_pkey, ChildInterface, Children, Request},
+    cq::NapiHandles,
     debugfs::DebugName,
     interface::{Interface, TX_TIMEOUT_MS},
     ipoib_ud::Completions,
@@ -22,7 +23,7 @@ use kernel::{
         ethtool::{self, Coalesce, DrvInfo, LinkSettings},
         header,
         link::{self, attr_size, LinkAttributes, LinkInfo, NewLink},
-        napi::{Budget, Napi, NapiContext, NapiHandle, Poll, Polled},
+        napi::{Budget, Napi, NapiContext, Poll, Polled},
         rtnl::{restart_syscall, Rtnl, RtnlGuard},
         skb::{Lent, SkBuff},
     },
@@ -90,11 +91,11 @@ fn set_umcast(dev: &NetDevice, iface: &Interface, value: u32) -> Result {
 }
 
 /// Completes the set-up of the net_device of `iface`: the values known only once the port
-/// is queried, its NAPI context `napi`, and, for an interface of a port, the adapter it
+/// is queried, its NAPI contexts `napi`, and, for an interface of a port, the adapter it
 /// belongs to (as C links only those, not the children, to it).
 pub(crate) fn configure(
     iface: &Interface,
-    napi: NapiContext<IpoibPoll>,
+    napi: Contexts,
 ) -> impl FnOnce(&mut Setup<IpoibNetdev>) -> Result + '_ {
     let adapter = match iface.role().parent() {
         None => iface.device.parent(),
@@ -108,7 +109,8 @@ pub(crate) fn configure(
     // Ports are numbered from 1, `dev_port` from 0.
     let dev_port = u16::try_from(iface.port.saturating_sub(1)).unwrap_or(u16::MAX);
     move |setup| {
-        setup.add_napi(napi);
+        setup.add_napi(napi.send);
+        setup.add_napi(napi.recv);
         if let Some(adapter) = adapter {
             setup.set_parent(adapter);
         }
@@ -128,10 +130,38 @@ pub(crate) struct IpoibNetdev;
 /// The link-layer header of IPoIB packets.
 pub(crate) struct IpoibHeader;
 
-/// The poll function of an interface's NAPI context, and the batch of completions it polls
-/// into, made once rather than at every round.
+/// The poll function of an interface's send NAPI context, and the batch of completions it
+/// polls into, made once rather than at every round.
 #[derive(Default)]
-pub(crate) struct IpoibPoll(Completions);
+pub(crate) struct SendPoll(Completions);
+
+/// The poll function of an interface's receive NAPI context, and its batch of completions.
+#[derive(Default)]
+pub(crate) struct RecvPoll(Completions);
+
+/// An interface's two NAPI contexts, as C's: send completions and what waits to be sent in
+/// one, received packets in the other. A round of each handles its own queues only.
+pub(crate) struct Contexts {
+    send: NapiContext<SendPoll>,
+    recv: NapiContext<RecvPoll>,
+}
+
+impl Contexts {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Self {
+            send: NapiContext::new(SendPoll::default())?,
+            recv: NapiContext::new(RecvPoll::default())?,
+        })
+    }
+
+    /// Their handles, for the interface's queues.
+    pub(crate) fn handles(&self) -> NapiHandles {
+        NapiHandles {
+            send: self.send.handle(),
+            recv: self.recv.handle(),
+        }
+    }
+}
 
 /// Brings the children of `iface` up or down with it (`up`), under RTNL.
 fn follow_parent(iface: &Interface, rtnl: &Rtnl, up: bool) {
@@ -350,7 +380,7 @@ impl header::Operations for IpoibHeader {
     }
 }
 
-impl Poll for IpoibPoll {
+impl Poll for SendPoll {
     type Device = IpoibNetdev;
 
     fn poll(
@@ -360,7 +390,21 @@ impl Poll for IpoibPoll {
         napi: &Napi,
         budget: Budget<'_>,
     ) -> Polled {
-        iface.poll(napi, budget, &mut self.0)
+        iface.poll_send(napi, budget, &mut self.0)
+    }
+}
+
+impl Poll for RecvPoll {
+    type Device = IpoibNetdev;
+
+    fn poll(
+        &mut self,
+        _dev: &NetDevice,
+        iface: ArcBorrow<'_, Interface>,
+        napi: &Napi,
+        budget: Budget<'_>,
+    ) -> Polled {
+        iface.poll_recv(napi, budget, &mut self.0)
     }
 }
 
@@ -465,7 +509,11 @@ impl link::Operations for IpoibNetdev {
 
 impl ChildInterface for Interface {
     type Ops = IpoibNetdev;
-    type Poll = IpoibPoll;
+    type Contexts = Contexts;
+
+    fn contexts() -> Result<Contexts> {
+        Contexts::new()
+    }
 
     fn attach_debug_name(&self, name: DebugName) {
         Interface::attach_debug_name(self, name)
@@ -487,10 +535,7 @@ impl ChildInterface for Interface {
         self.log_name.update(dev);
     }
 
-    fn configure(
-        &self,
-        napi: NapiContext<IpoibPoll>,
-    ) -> impl FnOnce(&mut Setup<IpoibNetdev>) -> Result {
+    fn configure(&self, napi: Contexts) -> impl FnOnce(&mut Setup<IpoibNetdev>) -> Result {
         configure(self, napi)
     }
 
@@ -498,9 +543,9 @@ impl ChildInterface for Interface {
         parent: &Arc<Self>,
         parent_dev: &NetDevice,
         pkey: u16,
-        napi: &NapiHandle,
+        napi: &Contexts,
     ) -> Result<Arc<Self>> {
-        Interface::new_child(parent, parent_dev, pkey, napi)
+        Interface::new_child(parent, parent_dev, pkey, &napi.handles())
     }
 
     fn flush_work(&self) {
