@@ -41,6 +41,8 @@ static inline struct rxe_ib_av *rxe_ib_av(struct rxe_av *av)
 	return (struct rxe_ib_av *)&av->dgid_addr;
 }
 
+#ifdef CONFIG_RDMA_RXE_IB
+
 static inline bool rxe_is_ib(const struct rxe_dev *rxe)
 {
 	return rxe->ib_mode;
@@ -74,6 +76,81 @@ void rxe_ib_complete_uwc(struct sk_buff *skb, struct rxe_pkt_info *pkt,
 			 struct ib_uverbs_wc *uwc);
 int rxe_ib_net_init(void);
 void rxe_ib_net_exit(void);
+
+#else /* !CONFIG_RDMA_RXE_IB: no device is of the IB link layer */
+
+static inline bool rxe_is_ib(const struct rxe_dev *rxe)
+{
+	return false;
+}
+
+static inline void rxe_ib_init_port(struct rxe_dev *rxe,
+				    struct net_device *ndev) {}
+static inline void rxe_ib_set_ops(struct ib_device *dev) {}
+static inline void rxe_ib_port_up(struct rxe_dev *rxe) {}
+static inline void rxe_ib_port_down(struct rxe_dev *rxe) {}
+static inline void rxe_ib_update_mtu(struct rxe_dev *rxe) {}
+static inline u16 rxe_ib_pkey(struct rxe_dev *rxe, u16 index)
+{
+	return 0;
+}
+
+static inline int rxe_ib_chk_ah_attr(struct rxe_dev *rxe,
+				     struct rdma_ah_attr *attr)
+{
+	return -EINVAL;
+}
+
+static inline void rxe_ib_init_av(struct rdma_ah_attr *attr,
+				  struct rxe_av *av) {}
+static inline void rxe_ib_av_to_attr(struct rxe_av *av,
+				     struct rdma_ah_attr *attr) {}
+
+static inline struct sk_buff *rxe_ib_init_packet(struct rxe_dev *rxe,
+						 struct rxe_av *av, int paylen,
+						 struct rxe_pkt_info *pkt)
+{
+	return NULL;
+}
+
+static inline int rxe_ib_prepare(struct rxe_av *av, struct rxe_pkt_info *pkt,
+				 struct sk_buff *skb)
+{
+	return -EINVAL;
+}
+
+static inline int rxe_ib_send(struct rxe_dev *rxe, struct sk_buff *skb)
+{
+	return -EINVAL;
+}
+
+static inline int rxe_ib_loopback(struct rxe_dev *rxe, struct sk_buff *skb)
+{
+	return -EINVAL;
+}
+
+static inline int rxe_ib_chk_lrh(struct rxe_pkt_info *pkt, struct sk_buff *skb)
+{
+	return -EINVAL;
+}
+
+static inline void rxe_ib_recv_grh(struct sk_buff *skb,
+				   struct rxe_pkt_info *pkt,
+				   union rdma_network_hdr *hdr) {}
+static inline void rxe_ib_complete_wc(struct sk_buff *skb,
+				      struct rxe_pkt_info *pkt,
+				      struct ib_wc *wc) {}
+static inline void rxe_ib_complete_uwc(struct sk_buff *skb,
+				       struct rxe_pkt_info *pkt,
+				       struct ib_uverbs_wc *uwc) {}
+static inline int rxe_ib_net_init(void)
+{
+	return 0;
+}
+
+static inline void rxe_ib_net_exit(void) {}
+
+#endif /* CONFIG_RDMA_RXE_IB */
 
 /*
  * An InfiniBand link does not lose packets (credit-based flow control), so
