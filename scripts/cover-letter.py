@@ -135,6 +135,8 @@ def main():
     unsafe_crate = count(crate, r"\bunsafe\s*\{")
     safety = count(crate, r"// SAFETY:")
     subs = subjects(series)
+    # The number of the patch adding rxe_ib, as the series numbers it.
+    rxe_ib = next((i + 1 for i, s in enumerate(subs) if "InfiniBand link layer" in s), 0)
 
     body = []
     para = lambda text: body.extend(wrap(text) + [""])  # noqa: E731
@@ -154,8 +156,8 @@ def main():
          "Rust net_device, sk_buff, NAPI and RDMA verbs interfaces that mainline does not have "
          "yet, reusable by other drivers.")
     para("How it was tested: kselftests under QEMU (tools/testing/selftests/drivers/net/ipoib) "
-         "on soft-RoCE and on an InfiniBand link layer for rxe (patch 9, test infrastructure "
-         "only) with opensm as subnet manager: both modes, both drivers on each side, subnet "
+         f"on soft-RoCE and on an InfiniBand link layer for rxe (patch {rxe_ib}, test "
+         "infrastructure only) with opensm as subnet manager: both modes, both drivers on each side, subnet "
          "manager events, child interfaces, faults and module reloads under traffic, on a "
          "lockdep kernel and on a KASAN and kmemleak kernel.")
     body.append("How it compares with C:")

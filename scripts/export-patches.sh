@@ -2,12 +2,13 @@
 # Export the kernel overlay, the driver and its tests as a `git format-patch` series against
 # pristine Linux, split as upstream would review it: one commit per kernel/patches/*.patch,
 # each with that patch's edits of existing files and the new files of its part:
-#   0001 bindings and C helpers   0002 core crate additions (sync, workqueue, debugfs, ...)
-#   0003 net abstractions         0004 RDMA abstractions
-#   0005 the driver               0006 the selftests
-#   0007 rxe: interrupt-safe pools (fix)   0008 rxe: the last WQE reached event (fix)
-#   0009 rxe_ib, an InfiniBand link layer for soft-RoCE (test infrastructure only)
-#   0010 rxe: fault injection of RNR NAKs (testing)
+#   0001-0008 the core crate: error codes, jiffies, SpinLockBh, an RCU guard, delayed work
+#             and flushing, msleep, debugfs, module parameters (each with its C helpers)
+#   0009 net abstractions (with their bindings and helpers)   0010 RDMA abstractions (ditto)
+#   0011 the driver               0012 the selftests
+#   0013 rxe: interrupt-safe pools (fix)   0014 rxe: the last WQE reached event (fix)
+#   0015 rxe_ib, an InfiniBand link layer for soft-RoCE (test infrastructure only)
+#   0016 rxe: fault injection of RNR NAKs (testing)
 # The commit messages are the patches' headers; the author and sign-off are those of the
 # repository's last commit unless IPOIB_RS_AUTHOR="Name <email>" says otherwise.
 # Usage: scripts/export-patches.sh [OUTDIR]   (default: $IPOIB_RS_CACHE/out/patches)
@@ -21,13 +22,17 @@ manifest=$KTREE/.ipoib-rs-manifest
 # The part of the series that adds FILE (a path in the kernel tree).
 part_of() {
 	case $1 in
-	rust/helpers/*) echo 0001 ;;
-	rust/kernel/sync/* | rust/kernel/delay.rs | rust/kernel/debugfs.rs | rust/kernel/module_param.rs) echo 0002 ;;
-	rust/kernel/net/*) echo 0003 ;;
-	rust/kernel/rdma.rs | rust/kernel/rdma/*) echo 0004 ;;
-	drivers/infiniband/ulp/ipoib_rs/* | Documentation/infiniband/ipoib_rs.rst) echo 0005 ;;
-	tools/testing/selftests/drivers/net/ipoib/*) echo 0006 ;;
-	drivers/infiniband/sw/rxe/*) echo 0009 ;;
+	rust/helpers/spinlock_bh.c | rust/kernel/sync/lock/spinlock_bh.rs) echo 0003 ;;
+	rust/helpers/rcu.c | rust/kernel/sync/rcu.rs) echo 0004 ;;
+	rust/helpers/delayed_work.c) echo 0005 ;;
+	rust/kernel/delay.rs) echo 0006 ;;
+	rust/kernel/debugfs.rs) echo 0007 ;;
+	rust/kernel/module_param.rs) echo 0008 ;;
+	rust/helpers/net.c | rust/kernel/net/*) echo 0009 ;;
+	rust/helpers/rdma.c | rust/kernel/rdma.rs | rust/kernel/rdma/*) echo 0010 ;;
+	drivers/infiniband/ulp/ipoib_rs/* | Documentation/infiniband/ipoib_rs.rst) echo 0011 ;;
+	tools/testing/selftests/drivers/net/ipoib/*) echo 0012 ;;
+	drivers/infiniband/sw/rxe/*) echo 0015 ;;
 	*) echo none ;;
 	esac
 }
