@@ -25,7 +25,7 @@ use crate::{
 };
 use kernel::{
     net::{
-        dev::{NetDevice, Setup},
+        dev::{Configure, NetDevice},
         link::{self, LinkDevice, LinkKind, NewLink},
         rtnl::{Rtnl, RtnlGuard},
     },
@@ -52,7 +52,7 @@ pub(crate) trait ChildInterface: DebugView + Sized + 'static {
     /// The hardware address.
     fn hw_addr(&self) -> HwAddr;
     /// Completes the set-up of the interface's net_device, whose NAPI contexts are `napi`.
-    fn configure(&self, napi: Self::Contexts) -> impl FnOnce(&mut Setup<Self::Ops>) -> Result;
+    fn configure(&self, napi: Self::Contexts) -> impl FnOnce(&mut Configure<Self::Ops>) -> Result;
     /// The interface's net_device is registered as `dev` (its name is now known).
     fn registered(&self, dev: &NetDevice);
     /// Takes the handle that renames the interface's debugfs files.

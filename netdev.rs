@@ -18,7 +18,7 @@ use core::fmt::Write;
 use kernel::{
     c_str,
     net::{
-        dev::{self, McAddrs, NetDevice, Setup, Stats64, TxResult},
+        dev::{self, Configure, McAddrs, NetDevice, Setup, Stats64, TxResult},
         dev_attr::{Attribute, AttributeText},
         ethtool::{self, Coalesce, DrvInfo, LinkSettings},
         header,
@@ -96,7 +96,7 @@ fn set_umcast(dev: &NetDevice, iface: &Interface, value: u32) -> Result {
 pub(crate) fn configure(
     iface: &Interface,
     napi: Contexts,
-) -> impl FnOnce(&mut Setup<IpoibNetdev>) -> Result + '_ {
+) -> impl FnOnce(&mut Configure<IpoibNetdev>) -> Result + '_ {
     let adapter = match iface.role().parent() {
         None => iface.device.parent(),
         Some(_) => None,
@@ -130,14 +130,16 @@ pub(crate) struct IpoibNetdev;
 /// The link-layer header of IPoIB packets.
 pub(crate) struct IpoibHeader;
 
-/// The poll function of an interface's send NAPI context, and the batch of completions it
-/// polls into, made once rather than at every round.
+/// The poll function of one of an interface's NAPI contexts (sends if `SEND`, receives
+/// otherwise), and the batch of completions it polls into, made once rather than at every
+/// round.
 #[derive(Default)]
-pub(crate) struct SendPoll(Completions);
+pub(crate) struct IpoibPoll<const SEND: bool>(Completions);
 
-/// The poll function of an interface's receive NAPI context, and its batch of completions.
-#[derive(Default)]
-pub(crate) struct RecvPoll(Completions);
+/// The send context's poll function.
+pub(crate) type SendPoll = IpoibPoll<true>;
+/// The receive context's poll function.
+pub(crate) type RecvPoll = IpoibPoll<false>;
 
 /// An interface's two NAPI contexts, as C's: send completions and what waits to be sent in
 /// one, received packets in the other. A round of each handles its own queues only.
@@ -380,7 +382,7 @@ impl header::Operations for IpoibHeader {
     }
 }
 
-impl Poll for SendPoll {
+impl<const SEND: bool> Poll for IpoibPoll<SEND> {
     type Device = IpoibNetdev;
 
     fn poll(
@@ -390,21 +392,11 @@ impl Poll for SendPoll {
         napi: &Napi,
         budget: Budget<'_>,
     ) -> Polled {
-        iface.poll_send(napi, budget, &mut self.0)
-    }
-}
-
-impl Poll for RecvPoll {
-    type Device = IpoibNetdev;
-
-    fn poll(
-        &mut self,
-        _dev: &NetDevice,
-        iface: ArcBorrow<'_, Interface>,
-        napi: &Napi,
-        budget: Budget<'_>,
-    ) -> Polled {
-        iface.poll_recv(napi, budget, &mut self.0)
+        if SEND {
+            iface.poll_send(napi, budget, &mut self.0)
+        } else {
+            iface.poll_recv(napi, budget, &mut self.0)
+        }
     }
 }
 
@@ -535,7 +527,7 @@ impl ChildInterface for Interface {
         self.log_name.update(dev);
     }
 
-    fn configure(&self, napi: Contexts) -> impl FnOnce(&mut Setup<IpoibNetdev>) -> Result {
+    fn configure(&self, napi: Contexts) -> impl FnOnce(&mut Configure<IpoibNetdev>) -> Result {
         configure(self, napi)
     }
 

@@ -63,6 +63,9 @@
 //! assert_eq!(dev.mtu(), 1280);
 //! // Dropping the registration unregisters the device.
 //! drop(reg);
+//! // The hardware address must have the length the set-up leaves, `configure` included.
+//! let refused = Registration::<Sink>::new(c_str!("rsdoc%d"), &[], (), |s| s.set_addr_len(6));
+//! assert_eq!(refused.err(), Some(EINVAL));
 //! # Ok::<(), Error>(())
 //! ```
 
@@ -599,17 +602,45 @@ impl<T: Operations> Setup<T> {
     {
         self.fields().ethtool_ops = &EthtoolAdapter::<T>::OPS;
     }
+}
 
+/// The device's set-up as a registration completes it (the `configure` argument of
+/// [`Registration::new`], [`super::link::LinkKind::create`] and
+/// [`super::link::NewLink::register`]): what [`Setup`] allows, and its NAPI contexts, which
+/// only a registration, which deletes them on failure, may add.
+///
+/// # Invariants
+///
+/// As for [`Setup`]; in addition the device is being registered by [`Adapter::register`],
+/// which deletes its contexts if it fails.
+#[repr(transparent)]
+pub struct Configure<T: Operations>(Setup<T>);
+
+impl<T: Operations> core::ops::Deref for Configure<T> {
+    type Target = Setup<T>;
+
+    #[inline]
+    fn deref(&self) -> &Setup<T> {
+        &self.0
+    }
+}
+
+impl<T: Operations> core::ops::DerefMut for Configure<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Setup<T> {
+        &mut self.0
+    }
+}
+
+impl<T: Operations> Configure<T> {
     /// Adds `napi` to the device, which keeps it until it is released: enabled while the
-    /// interface is up, its poll function borrowing the device's data. Only during a
-    /// registration's set-up (its `configure`): contexts added by [`Operations::setup`]
-    /// are deleted, with an error in the kernel log.
+    /// interface is up, its poll function borrowing the device's data.
     #[inline]
     pub fn add_napi<P: Poll<Device = T>>(&mut self, napi: NapiContext<P>) {
-        let raw = self.raw();
+        let raw = self.0.raw();
         // SAFETY: The device was allocated for `T` = `P::Device` and is ours alone, not
-        // registered (type invariant); the registration completes it or deletes its
-        // contexts before it is freed, as `setup_callback` does for those added in `setup`.
+        // registered (type invariant of `Setup`); the registration under way completes it
+        // or deletes its contexts (type invariant).
         unsafe { napi.add(raw) };
     }
 }
@@ -1128,17 +1159,6 @@ impl<T: Operations> Adapter<T> {
         // `repr(transparent)` over `NetDevice`.
         let setup = unsafe { &mut *dev.cast::<Setup<T>>() };
         T::setup(setup);
-        // SAFETY: The device is valid and ours alone.
-        if !unsafe { napi::any(dev) } {
-            return;
-        }
-        // A device `ip link add` allocates may be freed without our registration, which
-        // gives the contexts' references back: they are added by the registration's
-        // `configure` only.
-        pr_err!("NAPI contexts are added at registration, not in `setup`: deleted\n");
-        // SAFETY: The device is ours alone; its contexts were added by `Setup::add_napi`
-        // and never enabled.
-        unsafe { napi::release_all(dev) };
     }
 }
 
@@ -1204,19 +1224,21 @@ impl<T: Operations> Adapter<T> {
         hw_addr: &[u8],
         data: T::Data,
         owner: Owner<T>,
-        configure: impl FnOnce(&mut Setup<T>) -> Result,
+        configure: impl FnOnce(&mut Configure<T>) -> Result,
     ) -> Result {
         let (link_kind, owned) = match owner {
             Owner::Registration => (None, true),
             Owner::Core(kind) => (Some(kind), false),
         };
         let attributes = AttributeTable::<T>::new()?;
-        // SAFETY: `raw` is valid and unregistered; `addr_len` was set up by `T::setup`.
-        let addr_len = usize::from(unsafe { (*raw).addr_len });
-        // SAFETY: `raw` is valid and unregistered: we are its only user; `Setup` is
-        // `repr(transparent)` over it.
+        // SAFETY: `raw` is valid and unregistered: we are its only user; `Configure` is
+        // `repr(transparent)` over `Setup`, itself over it.
         // INVARIANT: Nobody else accesses the device until it is registered below.
-        let configured = configure(unsafe { &mut *raw.cast::<Setup<T>>() });
+        // INVARIANT: Registered here, which deletes the device's contexts on failure.
+        let configured = configure(unsafe { &mut *raw.cast::<Configure<T>>() });
+        // Read after `configure`, which may set it (`Setup::set_addr_len`).
+        // SAFETY: `raw` is valid and unregistered.
+        let addr_len = usize::from(unsafe { (*raw).addr_len });
         if hw_addr.len() != addr_len || configured.is_err() {
             // SAFETY: The device is ours alone and unregistered; its contexts were added by
             // `configure` and never enabled.
@@ -1281,9 +1303,8 @@ impl<T: Operations> Adapter<T> {
         let slot = unsafe { Self::private(raw) };
         // SAFETY: `slot` is valid and read (moved out) once.
         let private = unsafe { slot.read() };
-        // SAFETY: The device's contexts were added by `Setup::add_napi` (`setup_callback`
-        // deletes any added earlier) and are disabled by `stop` or never enabled; no
-        // callback of ours runs any more.
+        // SAFETY: The device's contexts were added by `Configure::add_napi` and are
+        // disabled by `stop` or never enabled; no callback of ours runs any more.
         unsafe { napi::release_all(raw) };
         // SAFETY: By the invariant of `Private`, `data` came from `into_foreign`, and no
         // callback borrows it any more.
@@ -1335,13 +1356,13 @@ impl<T: Operations> Registration<T> {
     /// with [`Operations::setup`] and `hw_addr`, and registers it with `data`.
     ///
     /// `configure` completes the set-up with values known only at run time (the MTU of the
-    /// port, for example) and adds the device's NAPI contexts ([`Setup::add_napi`]), before
-    /// the device becomes visible.
+    /// port, for example) and adds the device's NAPI contexts ([`Configure::add_napi`]),
+    /// before the device becomes visible.
     pub fn new(
         name: &CStr,
         hw_addr: &[u8],
         data: T::Data,
-        configure: impl FnOnce(&mut Setup<T>) -> Result,
+        configure: impl FnOnce(&mut Configure<T>) -> Result,
     ) -> Result<Self> {
         let dev = alloc::<T>(name, bindings::NET_NAME_ENUM)?;
         let raw = dev.as_ptr();

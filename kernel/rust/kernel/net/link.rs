@@ -22,7 +22,7 @@
 //! delete them itself, with their parent for example.
 
 use super::{
-    dev::{self, alloc, Adapter, NetDevice, Owner, Setup},
+    dev::{self, alloc, Adapter, Configure, NetDevice, Owner},
     rtnl::Rtnl,
     skb::SkBuff,
 };
@@ -224,7 +224,7 @@ impl<T: Operations> LinkKind<T> {
         name: &CStr,
         hw_addr: &[u8],
         data: T::Data,
-        configure: impl FnOnce(&mut Setup<T>) -> Result,
+        configure: impl FnOnce(&mut Configure<T>) -> Result,
     ) -> Result<LinkDevice<T>> {
         // RTNL is held: the registration cannot end meanwhile. Once it has ended, a device
         // made now would escape its deletion.
@@ -341,7 +341,7 @@ impl<T: Operations> NewLink<'_, T> {
         rtnl: &Rtnl,
         hw_addr: &[u8],
         data: T::Data,
-        configure: impl FnOnce(&mut Setup<T>) -> Result,
+        configure: impl FnOnce(&mut Configure<T>) -> Result,
     ) -> Result<LinkDevice<T>> {
         // SAFETY: The core allocated the device with our private size and set-up for this
         // callback and has not registered it (type invariant); on failure the core frees

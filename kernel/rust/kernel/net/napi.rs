@@ -6,7 +6,7 @@
 //!
 //! A driver implements [`Poll`] for what its poll function keeps from round to round (a
 //! batch of completions to poll into, for example), makes a [`NapiContext`] of it and gives
-//! it to its device as the registration sets the device up ([`Setup::add_napi`]); a device
+//! it to its device as the registration sets the device up ([`Configure::add_napi`]); a device
 //! may have several. The device enables its contexts before `open` and disables them after
 //! `stop`, so poll functions only run while the interface is up, and deletes them when it
 //! is released. [`NapiHandle`]s schedule a context from anywhere (a completion interrupt,
@@ -109,7 +109,7 @@
 //! # Ok::<(), Error>(())
 //! ```
 //!
-//! [`Setup::add_napi`]: super::dev::Setup::add_napi
+//! [`Configure::add_napi`]: super::dev::Configure::add_napi
 
 use super::{
     dev::{Adapter, NetDevice, Operations},
@@ -126,6 +126,10 @@ use core::cell::UnsafeCell;
 
 /// A poll function and what it keeps from round to round (`self`), for the devices of
 /// `Self::Device`.
+///
+/// The value is dropped with the context, when the device and the last [`NapiHandle`] have
+/// let go of it: maybe in atomic context (a handle dropped by an interrupt handler), so its
+/// drop must not sleep.
 pub trait Poll: Send + 'static {
     /// The operations of the devices the context is added to: each round borrows the
     /// polled device's data.
@@ -150,14 +154,14 @@ pub trait Poll: Send + 'static {
 /// # Invariants
 ///
 /// `napi` is all-zero with its SCHED bit set (as a disabled context has it) until it is
-/// added to a device of `P::Device` ([`Setup::add_napi`], with [`poll_callback`] for `P` as
+/// added to a device of `P::Device` ([`Configure::add_napi`], with [`poll_callback`] for `P` as
 /// its poll function), which then holds a reference to the block (from `Arc::into_raw`)
 /// and deletes the context ([`release_all`]) before the device is freed: at every time,
 /// scheduling it is a no-op or schedules a context added to a live device. `state` is
 /// reached only by that poll function. The context is the first field of the header, the
 /// header that of the block, both `repr(C)`: a pointer to the context is one to the block.
 ///
-/// [`Setup::add_napi`]: super::dev::Setup::add_napi
+/// [`Configure::add_napi`]: super::dev::Configure::add_napi
 #[repr(C)]
 struct NapiBlock<P: Poll> {
     header: NapiHeader,
@@ -194,16 +198,18 @@ impl<P: Poll> NapiBlock<P> {
 }
 
 /// A NAPI context whose poll function is `P`, not yet added to a device: give it to one
-/// with [`Setup::add_napi`], which takes it (a context belongs to one device).
+/// with [`Configure::add_napi`], which takes it (a context belongs to one device).
 ///
-/// [`Setup::add_napi`]: super::dev::Setup::add_napi
+/// [`Configure::add_napi`]: super::dev::Configure::add_napi
 pub struct NapiContext<P: Poll>(Arc<NapiBlock<P>>);
 
 impl<P: Poll> NapiContext<P> {
     /// A context whose poll function starts with `state`. Until a device enables it,
     /// scheduling it polls nothing.
     pub fn new(state: P) -> Result<Self> {
-        // SAFETY: An all-zero `napi_struct` is what the C drivers embed before adding it.
+        // SAFETY: All-zero is a valid `napi_struct` (integers, null pointers, `None` callbacks,
+        // lists the core initialises when the context is added): what C drivers embed in
+        // their zeroed private data before adding it.
         let mut raw = unsafe { core::mem::zeroed::<bindings::napi_struct>() };
         // `netif_napi_add_weight` sets this bit too; `napi_enable` clears it.
         raw.state = 1 << bindings::NAPI_STATE_SCHED;
@@ -225,7 +231,8 @@ impl<P: Poll> NapiContext<P> {
     /// A handle that schedules the context.
     #[inline]
     pub fn handle(&self) -> NapiHandle {
-        // INVARIANT: The context of the block the handle keeps.
+        // INVARIANT: The context of the block the handle keeps. Only scheduled through it,
+        // so a pointer to the context alone is enough.
         NapiHandle {
             napi: self.0.header.napi.get(),
             _block: self.0.clone(),
@@ -240,13 +247,17 @@ impl<P: Poll> NapiContext<P> {
     /// used by nobody else, that [`Adapter::register`] completes or [`release_all`] clears
     /// before it is freed.
     pub(crate) unsafe fn add(self, dev: *mut bindings::net_device) {
-        let napi = self.0.header.napi.get();
-        // The device's reference, given back by `put` once the context is deleted.
-        let _ = Arc::into_raw(self.0);
+        // The device's reference, given back by `put` once the context is deleted. The poll
+        // function and `put` reach the whole block and its `Arc` from the context: its
+        // pointer is the one `into_raw` gives (the context comes first in the block).
+        let napi = Arc::into_raw(self.0)
+            .cast_mut()
+            .cast::<bindings::napi_struct>();
         // The context starts disabled; `open` enables it.
         // SAFETY: `dev` is valid and ours alone (the caller's guarantee); the context was
-        // never added (the context is consumed by this), and its block outlives the device,
-        // which holds a reference to it until it deletes it.
+        // never added (the context is consumed by this), and its block stays allocated while
+        // it is on the device's list: the device holds a reference to it until it deletes
+        // it.
         // INVARIANT: Added with `poll_callback::<P>` to a device of `P::Device`.
         unsafe {
             bindings::netif_napi_add_weight(
@@ -279,19 +290,6 @@ unsafe fn for_each(dev: *mut bindings::net_device, mut f: impl FnMut(*mut bindin
         f(napi.cast_mut());
         node = next;
     }
-}
-
-/// Whether `dev` has NAPI contexts.
-///
-/// # Safety
-///
-/// `dev` must be a valid device, ours alone.
-#[inline]
-pub(crate) unsafe fn any(dev: *mut bindings::net_device) -> bool {
-    // SAFETY: `dev` is valid.
-    let head = unsafe { core::ptr::addr_of_mut!((*dev).napi_list) };
-    // SAFETY: `head` is the device's list, valid and changed only by us.
-    unsafe { (*head).next != head }
 }
 
 /// Enables the contexts of `dev`.
@@ -327,9 +325,10 @@ pub(crate) unsafe fn disable_all(dev: *mut bindings::net_device) {
 ///
 /// # Safety
 ///
-/// `dev` must be a valid device whose contexts were all added by [`NapiContext::add`] and
-/// are disabled (never enabled, or disabled by `stop`), and that no callback of ours runs
-/// on any more, or unregistered.
+/// `dev` must be a valid device whose contexts were all added by [`NapiContext::add`] (only
+/// [`super::dev::Configure::add_napi`] adds contexts to our devices) and are disabled (never
+/// enabled, or disabled by `stop`), and on which no callback of ours runs any more: not
+/// registered, or unregistered.
 pub(crate) unsafe fn release_all(dev: *mut bindings::net_device) {
     let release = |napi: *mut bindings::napi_struct| {
         // SAFETY: Added by `NapiContext::add`, so the context of a `NapiBlock`, which
