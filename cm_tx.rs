@@ -13,7 +13,7 @@ use crate::{
     stats::{bump, now_ms, Tally},
     wire::{self, CmPrivateData, HwAddr, CM_MTU, HWADDR_LEN},
 };
-use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::{
     net::{dev::NetDevice, skb::SkBuff},
     new_spinlock_bh,
@@ -103,6 +103,9 @@ pub(crate) struct TxLink {
     /// The destination LID of the connection's path (InfiniBand), shown in debugfs: a
     /// connection set up after the fabric changed uses the path the SA gives now.
     dlid: Option<u16>,
+    /// NAPI left the CQ unarmed after it found completed sends there (see
+    /// `ConnectedMode::poll_tx`): the sends completed since show only when it is polled.
+    unarmed: AtomicBool,
 }
 
 impl Drop for TxLink {
@@ -237,7 +240,9 @@ impl TxConnection {
     /// holds no lock (the ICMP may leave through another interface of this driver, whose
     /// transmit path takes locks of the same classes).
     fn post(&self, s: &TxState, mut skb: SkBuff, dev: &NetDevice) -> Option<(SkBuff, u32)> {
-        let c = &self.shared().counters;
+        // Once: each call is a virtual one.
+        let shared = self.shared();
+        let c = &shared.counters;
         let Some(link) = s.link.as_ref() else {
             bump(&c.tx_dropped, 1);
             return None;
@@ -251,9 +256,15 @@ impl TxConnection {
             bump(&c.tx_dropped, 1);
             return Some((skb, mtu));
         }
-        if self.shared().credits.take(dev).is_none() {
-            bump(&c.tx_dropped, 1);
-            return None;
+        match shared.credits.take(dev) {
+            None => {
+                bump(&c.tx_dropped, 1);
+                return None;
+            }
+            // The queue stopped: NAPI reaps the unarmed CQs, whose completions return credits,
+            // and wakes it.
+            Some(0) => link.cq.handler().kick(),
+            Some(_) => {}
         }
         // The packet stays ours until its send completes; its socket need not wait.
         skb.orphan();
@@ -262,7 +273,7 @@ impl TxConnection {
         let idle = self.packets.load(Ordering::Relaxed) == self.done.load(Ordering::Relaxed);
         crate::params::ipoib_dbg_cm_data!(
             "{}: sending message, length {} on QPN 0x{:06x} to {}\n",
-            self.shared().name(),
+            shared.name(),
             len,
             link.qp.qp_num(),
             self.dest
@@ -275,7 +286,7 @@ impl TxConnection {
                 }
             }
             Err(_) => {
-                self.shared().credits.give(1);
+                shared.credits.give(1);
                 bump(&c.tx_errors, 1);
             }
         }
@@ -301,6 +312,7 @@ impl TxConnection {
                 cq,
                 credits: port.credits.clone(),
                 dlid: port.resolver.has_sa().then(|| path.dlid()),
+                unarmed: AtomicBool::new(false),
             },
             GFP_KERNEL,
         )?;
@@ -444,33 +456,41 @@ impl TxConnection {
         self.cm.clone().schedule_work();
     }
 
-    /// NAPI: reaps send completions and sends held packets once established. Returns whether
-    /// the CQ needs another round.
+    /// NAPI: reaps send completions if the CQ fired, or if it was left unarmed and
+    /// `reap_unarmed`; sends held packets once established. If it found some and `lazy`,
+    /// the CQ is left unarmed (more are likely on their way; see
+    /// `ConnectedMode::poll_tx`), else armed again.
     pub(crate) fn poll(
         &self,
         dev: &NetDevice,
         wcs: &mut [WorkCompletion],
         tally: &mut Tally<'_>,
-    ) -> bool {
+        reap_unarmed: bool,
+        lazy: bool,
+    ) -> TxPolled {
+        // Once: each call is a virtual one.
+        let shared = self.shared();
         let mut s = self.state.lock();
         let mut failed = false;
-        let mut again = false;
+        let mut polled = TxPolled::default();
         // Whether a send completed: the connection's last activity, read once per poll.
         let mut active = false;
         if let Some(link) = s.link.as_ref() {
-            if link.cq.handler().take() {
+            let unarmed = link.unarmed.load(Ordering::Relaxed);
+            if link.cq.handler().take() || (reap_unarmed && unarmed) {
+                let mut reaped = 0;
                 loop {
                     let n = link.cq.poll(wcs).unwrap_or(0);
                     for wc in &mut wcs[..n] {
                         let sent = link.qp.complete_send(wc);
                         crate::params::ipoib_dbg_cm_data!(
                             "{}: send completion on QPN 0x{:06x}, status {:?}\n",
-                            self.shared().name(),
+                            shared.name(),
                             link.qp.qp_num(),
                             wc.status()
                         );
                         if sent.is_some() {
-                            self.shared().credits.give(1);
+                            shared.credits.give(1);
                             self.done.fetch_add(1, Ordering::Relaxed);
                         }
                         match wc.status() {
@@ -485,22 +505,22 @@ impl TxConnection {
                             // (rxe does when a send finds the link down). Unless we closed
                             // the connection ourselves, it is lost.
                             WcStatus::Flushed => {
-                                bump(&self.shared().counters.tx_dropped, 1);
+                                bump(&shared.counters.tx_dropped, 1);
                                 if s.phase == TxPhase::Live && !failed {
                                     pr_info!(
                                         "{}: connection to {} lost (its queue pair failed)\n",
-                                        self.shared().name(),
+                                        shared.name(),
                                         self.dest
                                     );
                                     failed = true;
                                 }
                             }
                             WcStatus::Error(status) => {
-                                bump(&self.shared().counters.tx_errors, 1);
+                                bump(&shared.counters.tx_errors, 1);
                                 if !failed {
                                     pr_info!(
                                         "{}: connection to {} failed (send status {})\n",
-                                        self.shared().name(),
+                                        shared.name(),
                                         self.dest,
                                         status
                                     );
@@ -509,17 +529,26 @@ impl TxConnection {
                             }
                         }
                     }
+                    reaped += n;
                     if n < wcs.len() {
                         break;
                     }
                 }
-                again = crate::cq::rearm(&link.cq);
+                if reaped > 0 && lazy {
+                    link.unarmed.store(true, Ordering::Relaxed);
+                    polled.unarmed = true;
+                } else {
+                    link.unarmed.store(false, Ordering::Relaxed);
+                    polled.again = crate::cq::rearm(&link.cq);
+                }
+            } else {
+                polled.unarmed = unarmed;
             }
         }
         if active {
             self.last_ms.store(now_ms(), Ordering::Relaxed);
         }
-        while s.phase == TxPhase::Live && !s.held.is_empty() && self.shared().credits.any_idle() {
+        while s.phase == TxPhase::Live && !s.held.is_empty() && shared.credits.any_idle() {
             if let Some(skb) = s.held.pop() {
                 // Too big for the peer: dropped, its sender not told from NAPI.
                 drop(self.post(&s, skb, dev));
@@ -536,8 +565,17 @@ impl TxConnection {
         if failed {
             self.fail();
         }
-        again
+        polled
     }
+}
+
+/// What a NAPI poll of a transmit connection left.
+#[derive(Default)]
+pub(crate) struct TxPolled {
+    /// The CQ needs another round.
+    pub(crate) again: bool,
+    /// The CQ is left unarmed.
+    pub(crate) unarmed: bool,
 }
 
 impl Handler for TxConnection {

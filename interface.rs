@@ -789,7 +789,7 @@ impl Interface {
         self.ud.poll_sends(dev, self.is_up(), wcs, &mut tally);
         self.paths.send_ready(&self.ud, dev);
         let again = match &self.cm {
-            Some(cm) => cm.poll_tx(dev, wcs, &mut tally),
+            Some(cm) => cm.poll_tx(dev, self.is_up(), wcs, &mut tally),
             None => false,
         };
         self.credits.wake_if_room(dev);

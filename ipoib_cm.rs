@@ -58,6 +58,14 @@ use kernel::{
 const MAINTAIN_WORK: u64 = 0;
 /// The delayed work item that closes idle receive connections.
 const STALE_WORK: u64 = 1;
+/// The delayed work item that has NAPI reap the sends completed on connections whose CQs it
+/// left unarmed.
+const TAIL_WORK: u64 = 2;
+
+/// How long after NAPI last found completed sends on a connection it looks again, in ms,
+/// as for datagrams: while sends go on, a round every few milliseconds instead of one per
+/// send.
+const TAIL_MS: u32 = 10;
 
 /// Connections are keyed by the peer's address without its flags byte: its GID, then its
 /// QPN, which compare in a few instructions per tree node (a byte array's comparison took
@@ -100,6 +108,14 @@ pub(crate) struct ConnectedMode {
     /// Closes idle receive connections, periodically while the interface is up.
     #[pin]
     stale_work: DelayedWork<ConnectedMode, STALE_WORK>,
+    /// NAPI left the CQs of some transmit connections unarmed after it found completed sends
+    /// there: they show only when polled, which the tail work item asks for. Written by
+    /// NAPI only.
+    any_unarmed: AtomicBool,
+    /// The tail work item asked NAPI to poll the unarmed CQs.
+    reap_due: AtomicBool,
+    #[pin]
+    tail_work: DelayedWork<ConnectedMode, TAIL_WORK>,
 }
 
 impl ConnectedMode {
@@ -154,6 +170,9 @@ impl ConnectedMode {
                 rx <- RxTable::new(nonsrq_max),
                 work <- new_work!("ConnectedMode::work"),
                 stale_work <- new_delayed_work!("ConnectedMode::stale_work"),
+                any_unarmed: AtomicBool::new(false),
+                reap_due: AtomicBool::new(false),
+                tail_work <- new_delayed_work!("ConnectedMode::tail_work"),
             }),
             GFP_KERNEL,
         )
@@ -278,6 +297,8 @@ impl ConnectedMode {
         drop(listener);
         // A run already under way may queue itself once more: flush until idle.
         while self.stale_work.flush() {}
+        // A round under way may queue it once more; a run then only schedules NAPI.
+        self.tail_work.flush();
         self.rx.drain();
         self.destroy_connections(true);
         self.work.flush();
@@ -289,6 +310,7 @@ impl ConnectedMode {
     /// the interface's own work items, flushed before, queue them).
     pub(crate) fn flush_work(&self) {
         while self.stale_work.flush() {}
+        self.tail_work.flush();
         self.work.flush();
     }
 
@@ -395,23 +417,46 @@ impl ConnectedMode {
         Ok(conn)
     }
 
-    /// NAPI: polls the transmit connections whose CQs fired or that hold packets to send.
-    /// Returns whether some need another round.
+    /// NAPI: polls the transmit connections whose CQs fired or that hold packets to send,
+    /// and, when the tail work item asked or the queue is stopped (its wake must not wait),
+    /// those whose CQs it left unarmed. Returns whether some need another round.
+    ///
+    /// Send completions are reaped in batches, as datagrams' are (`ipoib_ud.rs`): a
+    /// connection whose CQ had completed sends is left unarmed while the interface is up
+    /// and its queue running, and the tail work item has NAPI look again [`TAIL_MS`] later,
+    /// so that sends going on take a round every few milliseconds rather than one each
+    /// (TCP_RR's transactions one send round in all). Every round ends with each
+    /// connection's CQ armed, or the tail work item queued.
     pub(crate) fn poll_tx(
-        &self,
+        self: &Arc<Self>,
         dev: &NetDevice,
+        up: bool,
         wcs: &mut [WorkCompletion],
         tally: &mut Tally<'_>,
     ) -> bool {
+        let fired = self.shared.tx_events.take();
+        let stopped = dev.queue_stopped();
+        let reap_all = self.any_unarmed.load(Ordering::Relaxed)
+            && (self.reap_due.swap(false, Ordering::AcqRel) || stopped);
         // A connection added after this look polls in the round its CQ's event brings.
-        if self.tx_count.load(Ordering::Acquire) == 0 || !self.shared.tx_events.take() {
+        if self.tx_count.load(Ordering::Acquire) == 0 || !(fired || reap_all) {
             return false;
         }
+        let lazy = up && !stopped;
         // Under the table's lock, inside which a connection's is taken (as everywhere): the
         // table keeps each connection while it is polled, with no reference taken for it.
         let mut again = false;
+        let mut unarmed = false;
         for conn in self.tx.lock().values() {
-            again |= conn.poll(dev, wcs, tally);
+            let polled = conn.poll(dev, wcs, tally, reap_all, lazy);
+            again |= polled.again;
+            unarmed |= polled.unarmed;
+        }
+        // Every connection was looked at: whether any CQ is left unarmed is known.
+        self.any_unarmed.store(unarmed, Ordering::Relaxed);
+        if unarmed {
+            let _ = workqueue::system()
+                .enqueue_delayed::<_, TAIL_WORK>(self.clone(), msecs_to_jiffies(TAIL_MS));
         }
         again
     }
@@ -550,6 +595,19 @@ impl WorkItem<MAINTAIN_WORK> for ConnectedMode {
 
 impl_has_delayed_work! {
     impl HasDelayedWork<Self, STALE_WORK> for ConnectedMode { self.stale_work }
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self, TAIL_WORK> for ConnectedMode { self.tail_work }
+}
+
+impl WorkItem<TAIL_WORK> for ConnectedMode {
+    type Pointer = Arc<ConnectedMode>;
+
+    fn run(this: Arc<ConnectedMode>) {
+        this.reap_due.store(true, Ordering::Release);
+        this.shared.napi.schedule();
+    }
 }
 
 impl WorkItem<STALE_WORK> for ConnectedMode {

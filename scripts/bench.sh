@@ -64,6 +64,9 @@
 # and cost_rust_to_c_<mode>_<test>_<host>_<part>, with the commit measured), its table to
 # bench/results/cost.md and the functions that cost most to bench/results/cost-symbols.txt;
 # the hottest blocks of the module's costliest functions, disassembled, to LOGDIR/cost-blocks.txt.
+# With IPOIB_RS_LINE_TABLES=1 the module is built with line tables (see build.sh) and the
+# results go to LOGDIR instead: for `scripts/cost-annotate.py --lines`, which says which
+# source lines the instructions came from.
 set -euo pipefail
 # Figures come from the bench kernel (no lock debugging) unless a flavour is named.
 export IPOIB_RS_FLAVOUR=${IPOIB_RS_FLAVOUR:-bench}
@@ -137,6 +140,8 @@ if [ "${1:-}" = --cost ]; then
 			"ipoibrs.costruns=$runs ipoibrs.costudp=${IPOIB_RS_COST_UDP:-2000} ipoibrs.costkb=${IPOIB_RS_COST_KB:-65536} ipoibrs.costrr=${IPOIB_RS_COST_RR:-2000} ipoibrs.costmodes=${IPOIB_RS_COST_MODES:-datagram,datagram4096,connected}"
 	fi
 	ensure_rustfilt
+	# A build with line tables is for cost-annotate.py --lines: its figures stay in the logs.
+	[ "${IPOIB_RS_LINE_TABLES:-0}" = 0 ] || dest=$logs
 	mkdir -p "$dest"
 	python3 "$REPO/scripts/cost-report.py" --logs "$logs" --build "$KBUILD" \
 		--rust-ko "$(find "$OUT/$FLAVOUR/modroot" -name ib_ipoib.ko | head -n 1)" \

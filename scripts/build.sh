@@ -3,12 +3,16 @@
 # Usage: scripts/build.sh [make targets...]   (default: bzImage modules, then install them)
 # IPOIB_RS_FLAVOUR=debug builds the debug kernel (KASAN, kmemleak, lockdep) in its own tree,
 # IPOIB_RS_FLAVOUR=bench the benchmark kernel (no lock debugging) in another.
+# IPOIB_RS_LINE_TABLES=1 builds the Rust modules with line tables (stripped when installed,
+# kept in the build tree's ib_ipoib.ko), for `cost-annotate.py --lines`; their code then
+# differs a little from a normal build's, and switching rebuilds them.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 "$REPO/scripts/prepare-tree.sh"
 
 MAKE=(make -C "$KTREE" O="$KBUILD" LLVM=1 CLIPPY=1 -j"$(($(nproc) + 1))" -s)
+[ "${IPOIB_RS_LINE_TABLES:-0}" = 0 ] || MAKE+=(RUSTFLAGS_MODULE=-Cdebuginfo=line-tables-only)
 fragments=("$REPO/config/ipoib-rs.config")
 case "$FLAVOUR" in
 default) ;;

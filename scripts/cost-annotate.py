@@ -8,11 +8,19 @@ For work on the datapath: `cost-report.py --symbols` names the functions that co
 this shows which of their lines do. Reads the logs of `scripts/bench.sh --cost` (or
 `--cost --from LOGDIR`); the module must be the one those guests loaded.
 
+With --lines (for a module built with line tables: `IPOIB_RS_LINE_TABLES=1 bench.sh
+--cost`, whose unstripped module is the build tree's), it says instead which source lines
+the function's instructions came from, after inlining: per driver line, per line of the
+kernel crate and per innermost line. A block's count is spread evenly over the
+instructions up to its first jump, call or return, where the plugin's blocks end.
+
 Usage: cost-annotate.py --logs DIR --ko KO --driver rust|c --mode MODE --test TEST
                         --role client|server --function SUBSTRING [--rustfilt PATH]
+                        [--lines [--top N]]
 """
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -33,6 +41,8 @@ def main():
     ap.add_argument("--role", required=True, choices=("client", "server"))
     ap.add_argument("--function", required=True)
     ap.add_argument("--rustfilt", default="rustfilt")
+    ap.add_argument("--lines", action="store_true")
+    ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
 
     host = next(h for h, r in cost_report.ROLES.items() if r == a.role)
@@ -50,10 +60,13 @@ def main():
                if a.function in demangle.get(f[2], f[2])]
     if not matches:
         sys.exit(f"cost-annotate: no function matching {a.function!r} in {a.ko}")
+    exact = [m for m in matches if demangle.get(m[1][2], m[1][2]) == a.function]
+    if len(matches) > 1 and len(exact) == 1:
+        matches = exact
     if len(matches) > 1:
         for _, f in matches:
             print(f"  {demangle.get(f[2], f[2])}", file=sys.stderr)
-        sys.exit("cost-annotate: several functions match: be more specific")
+        sys.exit("cost-annotate: several functions match: be more specific (or name one whole)")
     (sec_idx, (fn_off, fn_size, fn_name)), = matches
     sec_name = next(n for n, (i, _) in sections.items() if i == sec_idx)
 
@@ -89,14 +102,68 @@ def main():
                           f"--start-address={fn_off:#x}",
                           f"--stop-address={fn_off + fn_size:#x}", a.ko],
                          capture_output=True, text=True, check=True).stdout
+    insns = []
     for line in dis.splitlines():
         m = re.match(r"\s*([0-9a-f]+):\s*(.*)", line)
-        if not m:
-            continue
-        off = int(m.group(1), 16)
+        if m:
+            insns.append((int(m.group(1), 16), m.group(2)))
+    if a.lines:
+        print_lines(a, insns, per_block, windows)
+        return
+    for off, text in insns:
         n = per_block.get(off)
         mark = f"{n / windows:8.1f}" if n else " " * 8
-        print(f"{mark}  {off - fn_off:5x}  {m.group(2)}")
+        print(f"{mark}  {off - fn_off:5x}  {text}")
+
+
+def short(path):
+    """A source path from the tree or the Rust library on: `ipoib_rs/x.rs`, `kernel/x.rs`."""
+    for mark in ("/drivers/infiniband/ulp/", "/rust/", "/library/"):
+        i = path.rfind(mark)
+        if i >= 0:
+            return path[i + len(mark):]
+    return path
+
+
+def print_lines(a, insns, per_block, windows):
+    """Spreads each counted block over its instructions and sums them per source line."""
+    per_insn = {}
+    ends = re.compile(r"(j[a-z]+|call|ret|jmp)\b")
+    for i, (off, _) in enumerate(insns):
+        n = per_block.get(off)
+        if not n:
+            continue
+        body = []
+        for off2, text in insns[i:]:
+            if body and off2 in per_block:
+                break
+            body.append(off2)
+            if ends.match(text):
+                break
+        for off2 in body:
+            per_insn[off2] = per_insn.get(off2, 0.0) + n / windows / len(body)
+    addrs = sorted(per_insn)
+    out = subprocess.run(["llvm-addr2line", "-e", a.ko, "-f", "-i", "-C", "--output-style=JSON"],
+                         input="\n".join(hex(x) for x in addrs) + "\n",
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    # One JSON object per address, its frames innermost first.
+    frames = [[(f["FunctionName"], f"{short(f['FileName'])}:{f['Line']}") for f in json.loads(line)["Symbol"]]
+              for line in out if line.strip()]
+    if len(frames) != len(addrs):
+        sys.exit(f"cost-annotate: {len(addrs)} addresses, {len(frames)} answers from llvm-addr2line")
+    tables = {"driver line": defaultdict(float), "kernel crate line": defaultdict(float),
+              "innermost line": defaultdict(float)}
+    for addr, chain in zip(addrs, frames):
+        n = per_insn[addr]
+        tables["innermost line"][f"{chain[0][1]} ({chain[0][0][:50]})"] += n
+        drv = next((f for f in chain if f[1].startswith("ipoib_rs/")), None)
+        krn = next((f for f in chain if f[1].startswith("kernel/")), None)
+        tables["driver line"][drv[1] if drv else "(none)"] += n
+        tables["kernel crate line"][f"{krn[1]} ({krn[0][:50]})" if krn else "(none)"] += n
+    for title, table in tables.items():
+        print(f"\nper {title}:")
+        for key, n in sorted(table.items(), key=lambda kv: -kv[1])[:a.top]:
+            print(f"  {n:7.1f}  {key}")
 
 
 if __name__ == "__main__":

@@ -444,6 +444,58 @@ fn locked_batch(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
     Ok(())
 }
 
+/// A receive taken back and replaced in its slot (`complete_with`): the buffer the closure
+/// returns is posted in the slot just emptied, so the ring stays as full; one the closure
+/// keeps leaves the slot empty, and a completion used up takes nothing.
+fn refilled_in_place(a: &Endpoint, b: &Endpoint, ah: &Arc<AddressHandle>) -> Result {
+    let before = b.qp.recvs_posted();
+    a.send(ah, b.qp.qp_num(), QKEY, 51)?;
+    let mut wc = wait(&b.recv_cq, 2000).ok_or(EAGAIN)?;
+    let mut rq = b.qp.lock_recvs()?;
+    let (seen, posted) = rq
+        .complete_with(&mut wc, |buf, wc| {
+            let seen = buf.as_slice().get(GRH_LEN).copied();
+            (Some(buf), (seen, wc.status()))
+        })
+        .ok_or(EINVAL)?;
+    let again = rq.complete_with(&mut wc, |buf, _| (Some(buf), ()));
+    drop(rq);
+    posted?;
+    let refilled = b.qp.recvs_posted();
+    if seen != (Some(51), WcStatus::Success) || again.is_some() || refilled != before {
+        pr_info!(
+            "# came back as {:?}, completed again: {}, {} posted of {}\n",
+            seen,
+            again.is_some(),
+            refilled,
+            before
+        );
+        return Err(EINVAL);
+    }
+    a.send(ah, b.qp.qp_num(), QKEY, 52)?;
+    let mut wc = wait(&b.recv_cq, 2000).ok_or(EAGAIN)?;
+    let mut rq = b.qp.lock_recvs()?;
+    let kept = rq
+        .complete_with(&mut wc, |buf, _| (None, buf))
+        .ok_or(EINVAL)?;
+    let left = rq.posted();
+    drop(rq);
+    kept.1?;
+    let landed = kept.0.as_slice().get(GRH_LEN).copied();
+    // The slot left empty is posted again, for the tests that follow.
+    b.post_recvs(1)?;
+    if b.qp.recvs_posted() != before || left + 1 != before || landed != Some(52) {
+        pr_info!(
+            "# {} of {} posted after keeping one, datagram {:?}\n",
+            left,
+            before,
+            landed
+        );
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
 /// `Ok` if `result` is the refusal `EINVAL`; `EEXIST` if it was taken, its own error else.
 fn refused<T>(result: Result<T>) -> Result {
     match result {
@@ -1321,6 +1373,10 @@ fn run(report: &mut Report) -> Result {
     report.check(
         "receive queue locked once: 3 datagrams taken back in order and 3 buffers posted in their place",
         locked_batch(&a, &b, &ah),
+    );
+    report.check(
+        "receive refilled in place: the buffer returned is posted in the slot just completed, one kept leaves it empty, a used-up completion takes nothing",
+        refilled_in_place(&a, &b, &ah),
     );
     report.check(
         "a queue pair on one device's PD with another device's completion queue refused (EINVAL)",

@@ -31,6 +31,10 @@ const BUSY: u64 = u64::MAX;
 
 /// A serial for a queue, never 0: a work request id of serial 0 names no request, which is
 /// what a completion already used up carries ([`super::cq::WorkCompletion::consume`]).
+// Never inline: the counter is a static of this crate, which modules cannot link to; inlined
+// into a module's generic code (as rustc did with other code-generation options), the
+// module would not load.
+#[inline(never)]
 pub(crate) fn next_serial() -> u32 {
     /// Numbers every queue of this kernel, so that a completion left in a shared CQ by a
     /// destroyed queue is never taken for one of a new queue at the same address.

@@ -128,10 +128,64 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
     /// Posts `buf` to receive one message (on UD: 40 bytes of GRH space, then the
     /// datagram). `EINVAL` unless the device may write all of the buffer, or during a
     /// reset; `ENOSPC` when the queue is full. On failure the buffer is freed.
+    #[inline]
+    pub fn post(&mut self, buf: B) -> Result {
+        self.post_in(None, buf)
+    }
+
+    /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU,
+    /// and uses `wc` up; `None` if `wc` is not a receive completion of this queue, or was
+    /// used up already.
+    #[inline]
+    pub fn complete(&mut self, wc: &mut WorkCompletion) -> Option<B> {
+        let (_, buf) = self.take_completed(wc)?;
+        Some(buf)
+    }
+
+    /// Takes back the buffer of the receive that `wc` completes, as [`Self::complete`], and
+    /// hands it to `f` with `wc`, which returns the buffer to post in its place, if any (the
+    /// same one or a fresh one), and what to return with the post's result. The buffer goes in the
+    /// slot just emptied, as a ring refilled in place. `None` if `wc` names no buffer of
+    /// ours. On failure the buffer is freed, as by [`Self::post`].
+    // Always inline: a NAPI round does this for each datagram it takes.
+    #[inline(always)]
+    pub fn complete_with<R>(
+        &mut self,
+        wc: &mut WorkCompletion,
+        f: impl FnOnce(B, &WorkCompletion) -> (Option<B>, R),
+    ) -> Option<(R, Result)> {
+        let (index, buf) = self.take_completed(wc)?;
+        let (next, made) = f(buf, wc);
+        let posted = match next {
+            Some(next) => self.post_in(Some(index), next),
+            None => Ok(()),
+        };
+        Some((made, posted))
+    }
+
+    /// The slot and buffer of the receive that `wc` completes, taken out; uses `wc` up.
+    #[inline(always)]
+    fn take_completed(&mut self, wc: &mut WorkCompletion) -> Option<(usize, B)> {
+        if wc.qp() != self.qp.qp.as_ptr() {
+            return None;
+        }
+        let wr_id = wc.wr_id();
+        if (wr_id >> 32) as u32 != self.state.serial {
+            return None;
+        }
+        let index = (wr_id & 0xffff_ffff) as usize;
+        let posted = self.state.slots.get_mut(index)?.take()?;
+        wc.consume();
+        Some((index, B::take_back(posted, Some(wc.byte_len()))))
+    }
+
+    /// Posts `buf` to receive into slot `index`, free, or into the first free slot. As
+    /// [`Self::post`] otherwise: a buffer the device may not write is refused before the
+    /// queue is found full.
     // Always inline: a NAPI round posts one for each datagram it takes, and the call's own
     // cost (saving registers, moving the buffer through the stack) was a fifth of the post.
     #[inline(always)]
-    pub fn post(&mut self, buf: B) -> Result {
+    fn post_in(&mut self, index: Option<usize>, buf: B) -> Result {
         let qp = self.qp.qp.as_ptr();
         // SAFETY: `qp` is valid, and so its device, whose operations are set while it is
         // registered.
@@ -148,7 +202,10 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
         let mut scratch = <B as Sealed>::Sges::default();
         let (sg_list, n) =
             B::sges(&mut posted, lkey, &mut scratch).map(|list| (list.as_mut_ptr(), list.len()))?;
-        let index = self.state.free_slot().ok_or(ENOSPC)?;
+        let index = match index {
+            Some(index) => index,
+            None => self.state.free_slot().ok_or(ENOSPC)?,
+        };
         let num_sge = c_int::try_from(n).map_err(|_| EINVAL)?;
         let wr_id = (u64::from(self.state.serial) << 32) | index as u64;
         let wr = bindings::ib_recv_wr {
@@ -158,7 +215,7 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
             sg_list,
             num_sge,
         };
-        let Some(slot) = self.state.slots.get_mut(index) else {
+        let Some(slot @ None) = self.state.slots.get_mut(index) else {
             return Err(ENOSPC);
         };
         // INVARIANT: the buffer is in its slot before the device may write it.
@@ -169,33 +226,12 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
         let ret = unsafe { post_recv(qp, &wr, &mut bad) };
         if ret != 0 {
             // Not posted: no completion will name the slot.
-            if let Some(posted) = slot.take() {
+            if let Some(posted) = self.state.slots.get_mut(index).and_then(Option::take) {
                 drop(B::take_back(posted, None));
             }
             return to_result(ret);
         }
         Ok(())
-    }
-
-    /// Takes back the buffer of the receive that `wc` completes, synchronised for the CPU,
-    /// and uses `wc` up; `None` if `wc` is not a receive completion of this queue, or was
-    /// used up already.
-    #[inline]
-    pub fn complete(&mut self, wc: &mut WorkCompletion) -> Option<B> {
-        if wc.qp() != self.qp.qp.as_ptr() {
-            return None;
-        }
-        let wr_id = wc.wr_id();
-        if (wr_id >> 32) as u32 != self.state.serial {
-            return None;
-        }
-        let posted = self
-            .state
-            .slots
-            .get_mut((wr_id & 0xffff_ffff) as usize)?
-            .take()?;
-        wc.consume();
-        Some(B::take_back(posted, Some(wc.byte_len())))
     }
 
     /// Buffers posted and not completed.
