@@ -777,6 +777,8 @@ impl Interface {
     /// The send NAPI context: handles the send completions, sends the held packets whose
     /// handles now exist and what waits on connections, and wakes a stopped queue; completes
     /// the round (and asks for another if connections still have packets waiting).
+    // Always inline: into the send context's poll (`netdev.rs`), its only caller.
+    #[inline(always)]
     pub(crate) fn poll_send(
         &self,
         napi: &Napi,
