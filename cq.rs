@@ -100,6 +100,11 @@ impl CompletionHandler for CqEvents {
     }
 }
 
+/// How long a send CQ on which NAPI found completed sends is left unarmed before NAPI looks
+/// again, in ms (datagram mode's and each transmit connection's): while sends go on, a
+/// round every few milliseconds instead of one per send.
+pub(crate) const SEND_REAP_MS: u32 = 10;
+
 /// Arms `cq` again after NAPI drained it; a completion that came after the last poll (or a
 /// device that cannot arm) puts the request back and schedules another round. Returns
 /// whether it did.

@@ -19,7 +19,7 @@ use crate::{
     cm_rx::{CmListen, RxOwner, RxTable},
     cm_shared::{CmOwner, CmShared},
     cm_tx::{TxConnection, TxPhase},
-    cq::CqGroup,
+    cq::{self, CqGroup},
     log_name::LogName,
     params,
     partition::PartitionIndex,
@@ -61,11 +61,6 @@ const STALE_WORK: u64 = 1;
 /// The delayed work item that has NAPI reap the sends completed on connections whose CQs it
 /// left unarmed.
 const TAIL_WORK: u64 = 2;
-
-/// How long after NAPI last found completed sends on a connection it looks again, in ms,
-/// as for datagrams: while sends go on, a round every few milliseconds instead of one per
-/// send.
-const TAIL_MS: u32 = 10;
 
 /// Connections are keyed by the peer's address without its flags byte: its GID, then its
 /// QPN, which compare in a few instructions per tree node (a byte array's comparison took
@@ -423,10 +418,10 @@ impl ConnectedMode {
     ///
     /// Send completions are reaped in batches, as datagrams' are (`ipoib_ud.rs`): a
     /// connection whose CQ had completed sends is left unarmed while the interface is up
-    /// and its queue running, and the tail work item has NAPI look again [`TAIL_MS`] later,
-    /// so that sends going on take a round every few milliseconds rather than one each
-    /// (TCP_RR's transactions one send round in all). Every round ends with each
-    /// connection's CQ armed, or the tail work item queued.
+    /// and its queue running, and the tail work item has NAPI look again
+    /// [`cq::SEND_REAP_MS`] later, so that sends going on take a round every few
+    /// milliseconds rather than one each (TCP_RR's transactions one send round in all).
+    /// Every round ends with each connection's CQ armed, or the tail work item queued.
     pub(crate) fn poll_tx(
         self: &Arc<Self>,
         dev: &NetDevice,
@@ -456,7 +451,7 @@ impl ConnectedMode {
         self.any_unarmed.store(unarmed, Ordering::Relaxed);
         if unarmed {
             let _ = workqueue::system()
-                .enqueue_delayed::<_, TAIL_WORK>(self.clone(), msecs_to_jiffies(TAIL_MS));
+                .enqueue_delayed::<_, TAIL_WORK>(self.clone(), msecs_to_jiffies(cq::SEND_REAP_MS));
         }
         again
     }

@@ -7,10 +7,10 @@
 //!
 //! Send completions are reaped in batches, where C reaps each in a NAPI round of its own:
 //! the transmit path reaps them itself every [`REAP_AT`] sends, and NAPI reaps what is left
-//! [`TAIL_MS`] after it last found some (the tail work item), or as soon as one comes when it
-//! last found none or the queue is stopped (the send CQ is armed then). Every NAPI reap ends
-//! with the CQ armed or the tail work item queued, so no completion waits for ever;
-//! meanwhile a completed send only holds its packet's memory and its credit.
+//! [`cq::SEND_REAP_MS`] after it last found some (the tail work item), or as soon as one
+//! comes when it last found none or the queue is stopped (the send CQ is armed then). Every
+//! NAPI reap ends with the CQ armed or the tail work item queued, so no completion waits for
+//! ever; meanwhile a completed send only holds its packet's memory and its credit.
 //!
 //! Which packets come here, and through which address handle, the interface decides
 //! (`interface.rs`). The receive CQ also completes connected mode's receives: those are
@@ -84,9 +84,6 @@ const TAIL_WORK: u64 = 1;
 const REAP_AT: u32 = 32;
 /// Completions reaped per CQ poll call on the transmit path (whose stack is deep already).
 const XMIT_POLL_BATCH: usize = 8;
-/// How long after NAPI last found completed sends it looks again, in ms: while sends go
-/// on, a round every few milliseconds instead of one per send.
-const TAIL_MS: u32 = 10;
 
 /// Scatter/gather entries a send asks for: a packet's linear part and each of its page
 /// fragments, as far as `device` takes them (beyond, packets are linearised).
@@ -442,7 +439,7 @@ impl UdDatapath {
         if self.reap_sends(wcs, tally) > 0 && !stopped && up {
             self.send_unarmed.store(true, Ordering::Relaxed);
             let _ = workqueue::system()
-                .enqueue_delayed::<_, TAIL_WORK>(self.clone(), msecs_to_jiffies(TAIL_MS));
+                .enqueue_delayed::<_, TAIL_WORK>(self.clone(), msecs_to_jiffies(cq::SEND_REAP_MS));
         } else {
             cq::rearm(&self.send_cq);
             self.send_unarmed.store(false, Ordering::Relaxed);

@@ -144,9 +144,9 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
 
     /// Takes back the buffer of the receive that `wc` completes, as [`Self::complete`], and
     /// hands it to `f` with `wc`, which returns the buffer to post in its place, if any (the
-    /// same one or a fresh one), and what to return with the post's result. The buffer goes in the
-    /// slot just emptied, as a ring refilled in place. `None` if `wc` names no buffer of
-    /// ours. On failure the buffer is freed, as by [`Self::post`].
+    /// same one or a fresh one), and what to return with the post's result. The buffer goes
+    /// in the slot just emptied, as a ring refilled in place. `None` if `wc` names no buffer
+    /// of ours. On failure the buffer is freed, as by [`Self::post`].
     // Always inline: a NAPI round does this for each datagram it takes.
     #[inline(always)]
     pub fn complete_with<R>(
@@ -226,7 +226,7 @@ impl<'a, B: RecvBuffer> RecvQueueGuard<'a, B> {
         let ret = unsafe { post_recv(qp, &wr, &mut bad) };
         if ret != 0 {
             // Not posted: no completion will name the slot.
-            if let Some(posted) = self.state.slots.get_mut(index).and_then(Option::take) {
+            if let Some(posted) = slot.take() {
                 drop(B::take_back(posted, None));
             }
             return to_result(ret);
